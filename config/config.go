@@ -1,0 +1,491 @@
+package config
+
+import (
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is the whole of proxy.yaml. Start from Default (or Load/Parse) and
+// call Validate after changing fields; the rest of the proxy assumes a
+// validated Config.
+type Config struct {
+	// Listen is the client-facing address, host:port. An empty host
+	// listens on every interface; port 0 picks a free port. Required;
+	// default "127.0.0.1:6380".
+	Listen string `yaml:"listen"`
+	// Password, when set, makes clients AUTH before any other command, as
+	// Redis's requirepass. Empty (the default) means no AUTH.
+	Password Secret `yaml:"password"`
+	// Upstream is the Redis the proxy relays to.
+	Upstream Upstream `yaml:"upstream"`
+	// Limits bound what one client, and all of them, may hold.
+	Limits Limits `yaml:"limits"`
+	// ShutdownTimeout is how long a graceful stop waits for in-flight
+	// replies before closing client connections. Must be > 0; default 10s.
+	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+	// Log sets the proxy's own log output.
+	Log Log `yaml:"log"`
+	// Hotkeys lists the keys held as buckets and configures the detector.
+	Hotkeys Hotkeys `yaml:"hotkeys"`
+	// Scripts are the deduct scripts recognised on hot keys, by body (the
+	// SHA1 for EVALSHA is derived from it). Empty (the default) means
+	// EVAL/EVALSHA on a hot key is refused.
+	Scripts []Script `yaml:"scripts"`
+	// Metrics configures the Prometheus endpoint.
+	Metrics Metrics `yaml:"metrics"`
+}
+
+// Upstream modes.
+const (
+	ModeStandalone = "standalone" // one Redis server (a master)
+	ModeCluster    = "cluster"    // a Redis Cluster, reached through seed nodes
+)
+
+// Upstream configures the Redis servers behind the proxy.
+type Upstream struct {
+	// Mode is ModeStandalone or ModeCluster. Default "standalone".
+	Mode string `yaml:"mode"`
+	// Addrs are host:port addresses: exactly one server in standalone
+	// mode, one or more seed nodes in cluster mode (the rest are found
+	// with CLUSTER SLOTS). Default ["127.0.0.1:6379"].
+	Addrs []string `yaml:"addrs"`
+	// Username is the ACL user for upstream AUTH. Empty (the default)
+	// sends AUTH with the password only (the "default" user).
+	Username string `yaml:"username"`
+	// Password is sent with AUTH on every upstream connection. Empty (the
+	// default) sends no AUTH.
+	Password Secret `yaml:"password"`
+	// ConnsPerNode is the number of shared upstream connections per node
+	// and db, 1..64. Default 2. Connections pinned to one client (MULTI,
+	// blocking commands, pub/sub) are not counted here.
+	ConnsPerNode int `yaml:"conns_per_node"`
+	// DialTimeout bounds connecting to a node, AUTH included. Must be > 0;
+	// default 1s.
+	DialTimeout Duration `yaml:"dial_timeout"`
+}
+
+// Limits bound client resources. The defaults are Redis's own.
+type Limits struct {
+	// MaxClients is the most client connections served at once; one more
+	// is answered "-ERR max number of clients reached" and closed, as
+	// Redis's maxclients. Must be >= 1; default 10000.
+	MaxClients int `yaml:"max_clients"`
+	// QueryBuffer is how many bytes of unparsed input one client may have
+	// buffered before it is closed, as Redis's client-query-buffer-limit.
+	// Must be >= 1kb; default 1gb.
+	QueryBuffer ByteSize `yaml:"query_buffer"`
+	// MaxBulk is the largest bulk string a client may send, as Redis's
+	// proto-max-bulk-len; a larger one is a protocol error. Must be >= 1kb
+	// and <= QueryBuffer; default 512mb.
+	MaxBulk ByteSize `yaml:"max_bulk"`
+	// IdleTimeout closes a client that sent nothing for this long, as
+	// Redis's timeout. 0 (the default) never closes idle clients; must not
+	// be negative.
+	IdleTimeout Duration `yaml:"idle_timeout"`
+}
+
+// Log levels and formats.
+const (
+	LevelDebug = "debug"
+	LevelInfo  = "info"
+	LevelWarn  = "warn"
+	LevelError = "error"
+
+	FormatText = "text" // log/slog TextHandler: key=value
+	FormatJSON = "json" // log/slog JSONHandler: one object per line
+)
+
+// Log configures the proxy's log.
+type Log struct {
+	// Level is the least severe level written: "debug", "info", "warn" or
+	// "error". Default "info".
+	Level string `yaml:"level"`
+	// Format is "text" or "json". Default "text".
+	Format string `yaml:"format"`
+}
+
+// DefaultStandaloneBuckets is the bucket count of a hot key with buckets 0
+// in standalone mode. In cluster mode, buckets 0 means one per master.
+const DefaultStandaloneBuckets = 8
+
+// Bucket count bounds of a KeyRule with buckets set.
+const (
+	MinBuckets = 2
+	MaxBuckets = 1024
+)
+
+// Routes: how a deduct picks the bucket it tries first.
+const (
+	RouteRandom = "random" // a random bucket per command
+	RouteClient = "client" // one bucket per client connection, fixed while it lasts
+)
+
+// Hotkeys configures which keys the proxy holds as buckets.
+type Hotkeys struct {
+	// Keys are the keys ops marks hot. Empty (the default) marks none;
+	// the detector and admin commands can still add some.
+	Keys []KeyRule `yaml:"keys"`
+	// Detect configures the detector that finds hot keys by sampling.
+	Detect Detect `yaml:"detect"`
+	// SoldoutTTL is how long a proxy remembers that a hot key answered
+	// "sold out" for an amount, and answers the same without asking Redis.
+	// 0 never remembers; must not be negative; default 100ms.
+	SoldoutTTL Duration `yaml:"soldout_ttl"`
+}
+
+// KeyRule marks the keys matching Match as hot.
+type KeyRule struct {
+	// Match is an exact key or a Redis glob pattern (*, ?, [...], \ to
+	// escape). Required, non-empty, unique among the rules.
+	Match string `yaml:"match"`
+	// Buckets is how many buckets each matching key is split into,
+	// MinBuckets..MaxBuckets. 0 (the default) means one per master in
+	// cluster mode and DefaultStandaloneBuckets in standalone mode.
+	Buckets int `yaml:"buckets"`
+	// Route is RouteRandom or RouteClient. Default (and when empty in the
+	// file) "random".
+	Route string `yaml:"route"`
+}
+
+// Detect configures the hot-key detector.
+type Detect struct {
+	// Enabled turns the detector on. Default false.
+	Enabled bool `yaml:"enabled"`
+	// SampleRate is the fraction of commands whose key is counted, in
+	// (0, 1]. Default 0.01.
+	SampleRate float64 `yaml:"sample_rate"`
+	// Window is the period over which a key's rate is estimated. Must be
+	// > 0; default 1s.
+	Window Duration `yaml:"window"`
+	// Threshold is the estimated operations per second that make a key
+	// hot. Must be > 0 and finite; default 5000.
+	Threshold float64 `yaml:"threshold"`
+	// Capacity is the most keys counted at once (least recently seen are
+	// dropped). Must be >= 1; default 10000.
+	Capacity int `yaml:"capacity"`
+	// Promote are the glob patterns of keys that may be turned into hot
+	// keys automatically. Empty (the default) promotes nothing: detected
+	// keys are only reported.
+	Promote []string `yaml:"promote"`
+	// DryRun reports the keys that would be promoted without promoting
+	// them. Default false.
+	DryRun bool `yaml:"dry_run"`
+	// Demote turns promoted keys back into plain keys once they stay
+	// below the threshold. Default false: a promoted key stays hot.
+	Demote bool `yaml:"demote"`
+}
+
+// Script is a deduct script recognised on hot keys.
+type Script struct {
+	// Name identifies the script in logs, metrics and admin commands.
+	// Required, unique.
+	Name string `yaml:"name"`
+	// Body is the Lua source, byte for byte as clients send it to EVAL or
+	// SCRIPT LOAD. Required, unique.
+	Body string `yaml:"body"`
+	// Amount is how much one call takes. Required.
+	Amount Amount `yaml:"amount"`
+	// Soldout is the integer the script returns when the stock cannot
+	// cover the amount. Default 0.
+	Soldout int64 `yaml:"soldout"`
+}
+
+// SHA1 returns the lowercase hex SHA1 of the body, as SCRIPT LOAD returns
+// it and EVALSHA names it.
+func (s Script) SHA1() string {
+	sum := sha1.Sum([]byte(s.Body))
+	return hex.EncodeToString(sum[:])
+}
+
+// Metrics configures the Prometheus endpoint.
+type Metrics struct {
+	// Listen is the host:port serving /metrics. Empty disables metrics;
+	// default "127.0.0.1:9121".
+	Listen string `yaml:"listen"`
+}
+
+// Default returns the configuration an empty proxy.yaml gives. Each call
+// returns a new Config.
+func Default() *Config {
+	return &Config{
+		Listen: "127.0.0.1:6380",
+		Upstream: Upstream{
+			Mode:         ModeStandalone,
+			Addrs:        []string{"127.0.0.1:6379"},
+			ConnsPerNode: 2,
+			DialTimeout:  Duration(time.Second),
+		},
+		Limits: Limits{
+			MaxClients:  10000,
+			QueryBuffer: 1 * GB,
+			MaxBulk:     512 * MB,
+		},
+		ShutdownTimeout: Duration(10 * time.Second),
+		Log:             Log{Level: LevelInfo, Format: FormatText},
+		Hotkeys: Hotkeys{
+			Detect: Detect{
+				SampleRate: 0.01,
+				Window:     Duration(time.Second),
+				Threshold:  5000,
+				Capacity:   10000,
+			},
+			SoldoutTTL: Duration(100 * time.Millisecond),
+		},
+		Metrics: Metrics{Listen: "127.0.0.1:9121"},
+	}
+}
+
+// applyDefaults fills what the decoder cannot prefill: fields of list
+// items, which yaml creates from zero. It also turns empty lists into nil,
+// so that "promote: []" and no promote give equal Configs.
+func (c *Config) applyDefaults() {
+	for i := range c.Hotkeys.Keys {
+		if c.Hotkeys.Keys[i].Route == "" {
+			c.Hotkeys.Keys[i].Route = RouteRandom
+		}
+	}
+	if len(c.Upstream.Addrs) == 0 {
+		c.Upstream.Addrs = nil
+	}
+	if len(c.Hotkeys.Keys) == 0 {
+		c.Hotkeys.Keys = nil
+	}
+	if len(c.Hotkeys.Detect.Promote) == 0 {
+		c.Hotkeys.Detect.Promote = nil
+	}
+	if len(c.Scripts) == 0 {
+		c.Scripts = nil
+	}
+}
+
+// Validate checks every field and returns nil or all the problems found,
+// joined (errors.Join); each is an *Error naming its YAML key.
+func (c *Config) Validate() error {
+	return joinErrors(c.validate())
+}
+
+// validate returns the problems in field order.
+func (c *Config) validate() []*Error {
+	var v validator
+
+	v.addr("listen", c.Listen, true)
+
+	u := &c.Upstream
+	switch u.Mode {
+	case ModeStandalone, ModeCluster:
+	default:
+		v.errorf("upstream.mode", `must be "standalone" or "cluster", got %q`, u.Mode)
+	}
+	switch {
+	case len(u.Addrs) == 0:
+		v.errorf("upstream.addrs", "must list at least one host:port")
+	case u.Mode == ModeStandalone && len(u.Addrs) > 1:
+		v.errorf("upstream.addrs", "standalone mode takes exactly one address, got %d", len(u.Addrs))
+	}
+	seenAddr := map[string]int{}
+	for i, a := range u.Addrs {
+		key := fmt.Sprintf("upstream.addrs[%d]", i)
+		if v.addr(key, a, false) {
+			if j, dup := seenAddr[a]; dup {
+				v.errorf(key, "%q is listed twice (also upstream.addrs[%d])", a, j)
+			}
+			seenAddr[a] = i
+		}
+	}
+	if u.ConnsPerNode < 1 || u.ConnsPerNode > 64 {
+		v.errorf("upstream.conns_per_node", "must be 1..64, got %d", u.ConnsPerNode)
+	}
+	v.positive("upstream.dial_timeout", u.DialTimeout)
+
+	l := &c.Limits
+	if l.MaxClients < 1 {
+		v.errorf("limits.max_clients", "must be >= 1, got %d", l.MaxClients)
+	}
+	if l.QueryBuffer < KB {
+		v.errorf("limits.query_buffer", "must be >= 1kb, got %s", l.QueryBuffer)
+	}
+	switch {
+	case l.MaxBulk < KB:
+		v.errorf("limits.max_bulk", "must be >= 1kb, got %s", l.MaxBulk)
+	case l.MaxBulk > l.QueryBuffer:
+		v.errorf("limits.max_bulk", "must be <= limits.query_buffer (%s), got %s", l.QueryBuffer, l.MaxBulk)
+	}
+	v.nonNegative("limits.idle_timeout", l.IdleTimeout)
+
+	v.positive("shutdown_timeout", c.ShutdownTimeout)
+
+	switch c.Log.Level {
+	case LevelDebug, LevelInfo, LevelWarn, LevelError:
+	default:
+		v.errorf("log.level", `must be "debug", "info", "warn" or "error", got %q`, c.Log.Level)
+	}
+	switch c.Log.Format {
+	case FormatText, FormatJSON:
+	default:
+		v.errorf("log.format", `must be "text" or "json", got %q`, c.Log.Format)
+	}
+
+	h := &c.Hotkeys
+	seenMatch := map[string]int{}
+	for i, k := range h.Keys {
+		p := fmt.Sprintf("hotkeys.keys[%d]", i)
+		if k.Match == "" {
+			v.errorf(p+".match", "must not be empty")
+		} else if j, dup := seenMatch[k.Match]; dup {
+			v.errorf(p+".match", "%q is listed twice (also hotkeys.keys[%d])", k.Match, j)
+		} else {
+			seenMatch[k.Match] = i
+		}
+		if k.Buckets != 0 && (k.Buckets < MinBuckets || k.Buckets > MaxBuckets) {
+			v.errorf(p+".buckets", "must be 0 (default) or %d..%d, got %d", MinBuckets, MaxBuckets, k.Buckets)
+		}
+		switch k.Route {
+		case RouteRandom, RouteClient:
+		default:
+			v.errorf(p+".route", `must be "random" or "client", got %q`, k.Route)
+		}
+	}
+	d := &h.Detect
+	if !(d.SampleRate > 0 && d.SampleRate <= 1) {
+		v.errorf("hotkeys.detect.sample_rate", "must be in (0, 1], got %v", d.SampleRate)
+	}
+	v.positive("hotkeys.detect.window", d.Window)
+	if !(d.Threshold > 0) || math.IsInf(d.Threshold, 0) {
+		v.errorf("hotkeys.detect.threshold", "must be a number > 0, got %v", d.Threshold)
+	}
+	if d.Capacity < 1 {
+		v.errorf("hotkeys.detect.capacity", "must be >= 1, got %d", d.Capacity)
+	}
+	for i, p := range d.Promote {
+		key := fmt.Sprintf("hotkeys.detect.promote[%d]", i)
+		if p == "" {
+			v.errorf(key, "must not be empty")
+		} else if _, err := path.Match(p, ""); err != nil {
+			v.errorf(key, "bad glob pattern %q", p)
+		}
+	}
+	v.nonNegative("hotkeys.soldout_ttl", h.SoldoutTTL)
+
+	seenName := map[string]int{}
+	seenBody := map[string]int{}
+	for i, s := range c.Scripts {
+		p := fmt.Sprintf("scripts[%d]", i)
+		if s.Name == "" {
+			v.errorf(p+".name", "must not be empty")
+		} else if j, dup := seenName[s.Name]; dup {
+			v.errorf(p+".name", "%q is used twice (also scripts[%d])", s.Name, j)
+		} else {
+			seenName[s.Name] = i
+		}
+		if strings.TrimSpace(s.Body) == "" {
+			v.errorf(p+".body", "must not be empty")
+		} else if j, dup := seenBody[s.Body]; dup {
+			// Scripts are told apart by SHA1, so two with one body are one.
+			v.errorf(p+".body", "same body as scripts[%d]", j)
+		} else {
+			seenBody[s.Body] = i
+		}
+		switch a := s.Amount; {
+		case a.IsZero():
+			v.errorf(p+".amount", `is required: a positive integer or "argv:N"`)
+		case a.Const != 0 && a.ArgvIndex != 0:
+			v.errorf(p+".amount", "has both a constant and an ARGV index")
+		case a.Const < 0 || a.ArgvIndex < 0:
+			v.errorf(p+".amount", "must be positive, got %s", a)
+		}
+	}
+
+	if c.Metrics.Listen != "" {
+		if v.addr("metrics.listen", c.Metrics.Listen, true) && c.Metrics.Listen == c.Listen {
+			v.errorf("metrics.listen", "must differ from listen (%s)", c.Listen)
+		}
+	}
+	return v.errs
+}
+
+// validator collects *Error values in the order they are found.
+type validator struct {
+	errs []*Error
+}
+
+func (v *validator) errorf(key, format string, args ...any) {
+	v.errs = append(v.errs, &Error{Path: key, Msg: fmt.Sprintf(format, args...)})
+}
+
+// addr checks a host:port address and reports whether it is well formed.
+// A listen address may have an empty host and port 0; an upstream address
+// needs both.
+func (v *validator) addr(key, addr string, listen bool) bool {
+	if addr == "" {
+		v.errorf(key, "must be host:port, got an empty string")
+		return false
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		v.errorf(key, "must be host:port, got %q", addr)
+		return false
+	}
+	if !listen && host == "" {
+		v.errorf(key, "needs a host, got %q", addr)
+		return false
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || (!listen && n == 0) {
+		v.errorf(key, "bad port in %q", addr)
+		return false
+	}
+	return true
+}
+
+func (v *validator) positive(key string, d Duration) {
+	if d <= 0 {
+		v.errorf(key, "must be > 0, got %s", d)
+	}
+}
+
+func (v *validator) nonNegative(key string, d Duration) {
+	if d < 0 {
+		v.errorf(key, "must not be negative, got %s", d)
+	}
+}
+
+// String returns c as YAML with every Secret masked, for logs and for the
+// validate-only command-line mode.
+func (c *Config) String() string {
+	var b strings.Builder
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(c); err != nil {
+		return "config: cannot print: " + err.Error()
+	}
+	if err := enc.Close(); err != nil {
+		return "config: cannot print: " + err.Error()
+	}
+	return b.String()
+}
+
+// joinErrors returns nil for no errors, the error itself for one, and
+// errors.Join of all otherwise.
+func joinErrors(errs []*Error) error {
+	switch len(errs) {
+	case 0:
+		return nil
+	case 1:
+		return errs[0]
+	}
+	all := make([]error, len(errs))
+	for i, e := range errs {
+		all[i] = e
+	}
+	return errors.Join(all...)
+}

@@ -1,0 +1,175 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hotkeyproxy/hotkeyproxy/config"
+)
+
+// Server is the client-facing side of the proxy: it accepts connections,
+// runs a session for each, and relays to the upstream Redis.
+type Server struct {
+	cfg  *config.Config
+	log  *slog.Logger
+	pool *pool
+
+	closing atomic.Bool
+	nextID  atomic.Uint64
+
+	mu       sync.Mutex // guards ln and sessions
+	ln       net.Listener
+	sessions map[*session]struct{}
+	wg       sync.WaitGroup // one per running session
+}
+
+// New returns a server for cfg, which must have passed cfg.Validate. It
+// does not connect upstream: connections are dialed on first use, so the
+// proxy starts while Redis is still down and recovers when it is back.
+func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
+	if cfg.Upstream.Mode != config.ModeStandalone {
+		return nil, fmt.Errorf("proxy: upstream.mode %q is not supported yet", cfg.Upstream.Mode)
+	}
+	d := dialer{
+		addr:     cfg.Upstream.Addrs[0],
+		username: cfg.Upstream.Username,
+		password: string(cfg.Upstream.Password),
+		timeout:  cfg.Upstream.DialTimeout.Duration(),
+	}
+	return &Server{
+		cfg:      cfg,
+		log:      log,
+		pool:     newPool(d, cfg.Upstream.ConnsPerNode),
+		sessions: make(map[*session]struct{}),
+	}, nil
+}
+
+// ListenAndServe listens on cfg.Listen and serves until Shutdown.
+func (s *Server) ListenAndServe() error {
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return err
+	}
+	return s.Serve(ln)
+}
+
+// Serve accepts clients on ln until Shutdown, after which it returns nil.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closing.Load() {
+		s.mu.Unlock()
+		ln.Close()
+		return nil
+	}
+	s.ln = ln
+	s.mu.Unlock()
+
+	var backoff time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if s.closing.Load() {
+				return nil
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return err
+			}
+			// EMFILE and the like pass once clients leave: back off, as
+			// net/http does, rather than spin or give up.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.log.Warn("accept failed; retrying", "err", err, "in", backoff)
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		s.accept(nc)
+	}
+}
+
+func (s *Server) accept(nc net.Conn) {
+	if tc, ok := nc.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+		tc.SetKeepAlive(true)
+	}
+	s.mu.Lock()
+	if s.closing.Load() || len(s.sessions) >= s.cfg.Limits.MaxClients {
+		full := !s.closing.Load()
+		s.mu.Unlock()
+		if full {
+			nc.Write([]byte("-" + msgMaxClients + "\r\n"))
+		}
+		nc.Close()
+		return
+	}
+	sess := newSession(s, nc, s.nextID.Add(1))
+	s.sessions[sess] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		defer func() {
+			s.mu.Lock()
+			delete(s.sessions, sess)
+			s.mu.Unlock()
+		}()
+		sess.serve()
+	}()
+}
+
+// Addr is the address the server listens on, or nil before Serve.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return nil
+	}
+	return s.ln.Addr()
+}
+
+// Clients reports how many clients are connected.
+func (s *Server) Clients() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.sessions)
+}
+
+// Shutdown stops accepting, lets every session finish the pipeline it is
+// running and write its replies, then closes. When ctx ends first, the
+// remaining clients are disconnected and ctx's error is returned.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing.Store(true)
+	if s.ln != nil {
+		s.ln.Close()
+	}
+	for sess := range s.sessions {
+		// Wakes sessions waiting for input; a session in the middle of a
+		// pipeline finds closing set before its next read.
+		sess.nc.SetReadDeadline(time.Unix(1, 0))
+	}
+	s.mu.Unlock()
+
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+		s.mu.Lock()
+		for sess := range s.sessions {
+			sess.nc.Close()
+		}
+		s.mu.Unlock()
+		s.pool.close()
+		<-done
+	}
+	s.pool.close()
+	return err
+}

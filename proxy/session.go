@@ -1,0 +1,626 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/subtle"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hotkeyproxy/hotkeyproxy/resp"
+)
+
+// Error replies with Redis 7.0's exact texts.
+const (
+	msgNoAuth      = "NOAUTH Authentication required."
+	msgWrongPass   = "WRONGPASS invalid username-password pair or user is disabled."
+	msgNoPassword  = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
+	msgSyntax      = "ERR syntax error"
+	msgNotInteger  = "ERR value is not an integer or out of range"
+	msgBadName     = "ERR Client names cannot contain spaces, newlines or special characters."
+	msgNoProto     = "NOPROTO unsupported protocol version"
+	msgBadProtover = "ERR Protocol version is not an integer or out of range"
+	msgHelloNoAuth = "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"
+	msgMaxClients  = "ERR max number of clients reached"
+)
+
+// Flush thresholds: a long pipeline is sent upstream, and its replies
+// written to the client, in pieces of about this size.
+const (
+	maxBatchCommands = 512
+	maxBatchBytes    = 256 << 10
+	maxPendingOut    = 256 << 10
+)
+
+// ownConn is an upstream connection that belongs to one client: for
+// transactions, blocking commands and pub/sub. The session uses it
+// synchronously, so it has no goroutines of its own.
+type ownConn struct {
+	nc net.Conn
+	br *bufio.Reader
+}
+
+// session is one client connection. Its goroutine reads a pipeline of
+// commands, relays them upstream as one batch, and writes the replies back
+// in request order.
+type session struct {
+	srv    *Server
+	nc     net.Conn
+	rd     *resp.CommandReader
+	id     uint64
+	db     int
+	name   []byte
+	authed bool
+
+	out    []byte      // replies not yet written to the client
+	b      batch       // requests not yet sent upstream
+	shared *sharedConn // the shared connection for db, cached
+	own    *ownConn    // the client's own connection, once it needed one
+	quit   bool        // close once out is written
+
+	// Stream mode (pub/sub, MONITOR): every command goes to own as it comes,
+	// and relay copies whatever Redis sends to the client.
+	streaming bool
+	wmu       sync.Mutex // guards writes to nc while streaming
+	relayDone chan struct{}
+
+	nameBuf [24]byte
+}
+
+func newSession(srv *Server, nc net.Conn, id uint64) *session {
+	s := &session{
+		srv:    srv,
+		nc:     nc,
+		id:     id,
+		rd:     resp.NewCommandReader(nc, int(srv.cfg.Limits.QueryBuffer), int64(srv.cfg.Limits.MaxBulk)),
+		authed: srv.cfg.Password == "",
+	}
+	s.rd.SetAuthRequired(!s.authed)
+	s.b.doneCh = make(chan struct{}, 1)
+	return s
+}
+
+// serve runs the session until the client leaves, the proxy stops, or the
+// client breaks the protocol.
+func (s *session) serve() {
+	defer s.close()
+	idle := s.srv.cfg.Limits.IdleTimeout.Duration()
+	for {
+		if idle > 0 && !s.streaming {
+			s.nc.SetReadDeadline(time.Now().Add(idle))
+		}
+		if s.srv.closing.Load() {
+			return
+		}
+		cmds, err := s.rd.ReadCommands()
+		for i := range cmds {
+			if s.handle(&cmds[i]); s.quit {
+				break
+			}
+		}
+		s.flush()
+		if err != nil && !s.quit {
+			var pe *resp.ProtocolError
+			switch {
+			case errors.As(err, &pe):
+				s.srv.log.Debug("client protocol error", "client", s.nc.RemoteAddr().String(), "err", err)
+				s.out = resp.AppendError(s.out, "ERR "+pe.Error())
+			case errors.Is(err, resp.ErrQueryBufferExceeded):
+				s.srv.log.Warn("closing client that reached the query buffer limit",
+					"client", s.nc.RemoteAddr().String(), "limit", s.srv.cfg.Limits.QueryBuffer.String())
+				s.out = resp.AppendError(s.out, "ERR max query buffer length reached, closing connection")
+			default:
+				return
+			}
+			s.quit = true
+		}
+		if !s.write() || s.quit {
+			return
+		}
+	}
+}
+
+func (s *session) close() {
+	if s.own != nil {
+		s.own.nc.Close()
+	}
+	if s.relayDone != nil {
+		<-s.relayDone
+	}
+	s.nc.Close()
+}
+
+// reply appends a locally made reply after every reply before it.
+func (s *session) reply(b []byte) {
+	s.flush()
+	s.out = append(s.out, b...)
+}
+
+func (s *session) replyError(msg string) { s.reply(resp.AppendError(nil, msg)) }
+
+// write sends the pending replies to the client.
+func (s *session) write() bool {
+	if len(s.out) == 0 {
+		return true
+	}
+	if s.streaming {
+		s.wmu.Lock()
+		defer s.wmu.Unlock()
+	}
+	_, err := s.nc.Write(s.out)
+	if cap(s.out) > 4*maxPendingOut {
+		s.out = nil // a big reply once should not pin memory for good
+	} else {
+		s.out = s.out[:0]
+	}
+	return err == nil
+}
+
+func (s *session) handle(cmd *resp.Command) {
+	r, name := classify(cmd.Args, &s.nameBuf)
+	if !s.authed && !(r == routeLocal && (string(name) == "auth" || string(name) == "hello" || string(name) == "quit")) {
+		s.replyError(msgNoAuth)
+		return
+	}
+	if s.streaming {
+		s.handleStreaming(cmd, name)
+		return
+	}
+	switch r {
+	case routeLocal:
+		// On its own connection the client's name and db live upstream.
+		if s.own != nil && (string(name) == "client" || string(name) == "select") {
+			s.forward(cmd)
+			return
+		}
+		s.local(cmd, string(name))
+	case routeShared:
+		s.forward(cmd)
+	case routeOwn:
+		if s.own == nil && !s.pin() {
+			return
+		}
+		s.forward(cmd)
+		if string(name) != "multi" && string(name) != "watch" {
+			s.flushBlocking()
+		}
+	case routeStream:
+		if s.own == nil && !s.pin() {
+			return
+		}
+		s.startStream()
+		s.forward(cmd)
+	case routeRefuse:
+		s.replyError("ERR " + refusedName(cmd.Args) + " is not supported by hotkeyproxy")
+	}
+}
+
+func refusedName(args [][]byte) string {
+	name := strings.ToUpper(string(args[0]))
+	if len(args) > 1 && (name == "CLIENT" || name == "SCRIPT") {
+		name += " " + strings.ToUpper(string(args[1]))
+	}
+	return name
+}
+
+// forward queues cmd for the upstream connection in use.
+func (s *session) forward(cmd *resp.Command) {
+	if cmd.Raw != nil {
+		s.b.req = append(s.b.req, cmd.Raw...)
+	} else {
+		s.b.req = resp.AppendCommand(s.b.req, cmd.Args...)
+	}
+	s.b.n++
+	if s.b.n >= maxBatchCommands || len(s.b.req) >= maxBatchBytes {
+		s.flush()
+		if len(s.out) >= maxPendingOut && !s.write() {
+			s.quit = true
+		}
+	}
+}
+
+// flush sends the queued requests and appends their replies to out.
+func (s *session) flush() { s.send(false) }
+
+// flushBlocking is flush for a batch that ends in a blocking command: while
+// Redis holds it, the client is watched, so that a client that goes away
+// does not leave a BLPOP behind to pop an element nobody will receive.
+func (s *session) flushBlocking() { s.send(true) }
+
+func (s *session) send(blocking bool) {
+	b := &s.b
+	if b.n == 0 {
+		return
+	}
+	n := b.n
+	defer func() { b.req, b.n = b.req[:0], 0 }()
+	switch {
+	case s.streaming:
+		if _, err := s.own.nc.Write(b.req); err != nil {
+			s.quit = true
+		}
+	case s.own != nil:
+		s.ownRoundTrip(blocking)
+	default:
+		conn, err := s.sharedConn()
+		if err != nil {
+			s.failBatch(0, n, err)
+			return
+		}
+		b.out, b.okLen, b.done, b.err = s.out, len(s.out), 0, nil
+		conn.send(b)
+		<-b.doneCh
+		s.out, b.out = b.out, nil
+		if b.err != nil {
+			s.out = s.out[:b.okLen]
+			s.failBatch(b.done, n, b.err)
+		}
+	}
+}
+
+// failBatch answers requests done..n of a failed batch with an error.
+func (s *session) failBatch(done, n int, err error) {
+	msg := errorText(err)
+	for i := done; i < n; i++ {
+		s.out = resp.AppendError(s.out, msg)
+	}
+	if s.own != nil {
+		// Its transaction, subscriptions or db are gone with the
+		// connection; closing tells the client as Redis would.
+		s.quit = true
+	}
+}
+
+func (s *session) sharedConn() (*sharedConn, error) {
+	if s.shared != nil && !s.shared.dead.Load() {
+		return s.shared, nil
+	}
+	c, err := s.srv.pool.get(s.db, s.id)
+	if err != nil {
+		return nil, err
+	}
+	s.shared = c
+	return c, nil
+}
+
+func (s *session) ownRoundTrip(blocking bool) {
+	b := &s.b
+	if _, err := s.own.nc.Write(b.req); err != nil {
+		s.failBatch(0, b.n, err)
+		return
+	}
+	var stop func()
+	if blocking {
+		stop = s.watchClient()
+	}
+	okLen, done := len(s.out), 0
+	var err error
+	for ; done < b.n; done++ {
+		if s.out, err = resp.ReadReply(s.own.br, s.out); err != nil {
+			break
+		}
+		okLen = len(s.out)
+	}
+	if stop != nil {
+		stop()
+	}
+	if err != nil {
+		s.out = s.out[:okLen]
+		s.failBatch(done, b.n, err)
+	}
+}
+
+// watchClient reads from the client while a blocking command waits
+// upstream. Input is kept for the parser; a closed client closes the
+// upstream connection, which makes Redis drop the blocked command. The
+// returned func stops watching.
+func (s *session) watchClient() (stop func()) {
+	done := make(chan struct{})
+	var data []byte
+	own := s.own.nc
+	limit := int(s.srv.cfg.Limits.QueryBuffer)
+	go func() {
+		defer close(done)
+		buf := make([]byte, 4096)
+		for len(data) < limit {
+			n, err := s.nc.Read(buf)
+			data = append(data, buf[:n]...)
+			if err != nil {
+				var ne net.Error
+				if !errors.As(err, &ne) || !ne.Timeout() {
+					own.Close()
+				}
+				return
+			}
+		}
+	}()
+	return func() {
+		s.nc.SetReadDeadline(time.Unix(1, 0))
+		<-done
+		s.nc.SetReadDeadline(time.Time{})
+		if len(data) > 0 {
+			s.rd.Feed(data)
+		}
+	}
+}
+
+// pin gives the client an upstream connection of its own, in its db and
+// with its name, after every request sent so far is answered.
+func (s *session) pin() bool {
+	s.flush()
+	nc, br, err := s.srv.pool.dial(s.db)
+	if err == nil && len(s.name) > 0 {
+		nc.SetDeadline(time.Now().Add(s.srv.pool.timeout))
+		req := resp.AppendCommand(nil, []byte("CLIENT"), []byte("SETNAME"), s.name)
+		if _, err = nc.Write(req); err == nil {
+			_, err = resp.ReadReply(br, nil)
+		}
+		nc.SetDeadline(time.Time{})
+		if err != nil {
+			nc.Close()
+		}
+	}
+	if err != nil {
+		s.out = resp.AppendError(s.out, errorText(err))
+		return false
+	}
+	s.own = &ownConn{nc: nc, br: br}
+	return true
+}
+
+// startStream switches to stream mode: replies written so far go out first,
+// then relay owns the way from Redis to the client.
+func (s *session) startStream() {
+	s.flush()
+	if !s.write() {
+		s.quit = true
+	}
+	s.streaming = true
+	s.relayDone = make(chan struct{})
+	go s.relay(s.own)
+}
+
+func (s *session) relay(own *ownConn) {
+	defer close(s.relayDone)
+	var buf []byte
+	for {
+		var err error
+		buf, err = resp.ReadReply(own.br, buf)
+		if err == nil && own.br.Buffered() > 0 && len(buf) < maxPendingOut {
+			continue // more frames are here already: write them together
+		}
+		if len(buf) > 0 {
+			s.wmu.Lock()
+			_, werr := s.nc.Write(buf)
+			s.wmu.Unlock()
+			buf = buf[:0]
+			if werr != nil {
+				err = werr
+			}
+		}
+		if err != nil {
+			// Redis closed (QUIT) or failed: the client's subscriptions
+			// are gone, so is the client's connection.
+			s.nc.Close()
+			return
+		}
+	}
+}
+
+func (s *session) handleStreaming(cmd *resp.Command, name []byte) {
+	switch string(name) {
+	case "auth", "hello":
+		s.replyError("ERR " + strings.ToUpper(string(name)) + " is not supported by hotkeyproxy after SUBSCRIBE or MONITOR")
+		s.write()
+		return
+	case "reset":
+		s.resetState()
+	}
+	s.forward(cmd)
+}
+
+// local answers commands whose state the proxy keeps per client.
+func (s *session) local(cmd *resp.Command, name string) {
+	args := cmd.Args
+	switch name {
+	case "quit":
+		s.reply([]byte("+OK\r\n"))
+		s.quit = true
+	case "auth":
+		s.auth(args)
+	case "hello":
+		s.hello(args)
+	case "select":
+		s.selectDB(args)
+	case "reset":
+		if len(args) != 1 {
+			s.replyError(wrongArity("reset"))
+			return
+		}
+		s.flush()
+		if s.own != nil {
+			s.own.nc.Close()
+			s.own = nil
+		}
+		s.resetState()
+		s.reply([]byte("+RESET\r\n"))
+	case "client":
+		s.client(args)
+	}
+}
+
+func (s *session) resetState() {
+	s.db, s.name, s.shared = 0, nil, nil
+	s.authed = s.srv.cfg.Password == ""
+	s.rd.SetAuthRequired(!s.authed)
+}
+
+func wrongArity(name string) string {
+	return "ERR wrong number of arguments for '" + name + "' command"
+}
+
+// checkAuth authenticates as Redis's default user with the proxy's
+// password; with no password set, the default user takes any password.
+func (s *session) checkAuth(user, pass []byte) bool {
+	want := string(s.srv.cfg.Password)
+	if string(user) != "default" {
+		return false
+	}
+	if want == "" || subtle.ConstantTimeCompare(pass, []byte(want)) == 1 {
+		s.authed = true
+		s.rd.SetAuthRequired(false)
+		return true
+	}
+	return false
+}
+
+// auth answers AUTH as Redis 7.0 does.
+func (s *session) auth(args [][]byte) {
+	switch {
+	case len(args) < 2:
+		s.replyError(wrongArity("auth"))
+	case len(args) > 3:
+		s.replyError(msgSyntax)
+	case len(args) == 2 && s.srv.cfg.Password == "":
+		s.replyError(msgNoPassword)
+	case len(args) == 2 && s.checkAuth([]byte("default"), args[1]),
+		len(args) == 3 && s.checkAuth(args[1], args[2]):
+		s.reply([]byte("+OK\r\n"))
+	default:
+		s.replyError(msgWrongPass)
+	}
+}
+
+// hello answers HELLO as Redis 7.0 does for RESP2. The proxy relays RESP2
+// only, so "HELLO 3" gets NOPROTO, from which clients fall back to RESP2.
+// The server fields come from Redis; the id is the proxy's client id.
+func (s *session) hello(args [][]byte) {
+	next := 1
+	if len(args) >= 2 {
+		v, ok := resp.ParseInt(args[1])
+		if !ok {
+			s.replyError(msgBadProtover)
+			return
+		}
+		if v != 2 {
+			s.replyError(msgNoProto)
+			return
+		}
+		next = 2
+	}
+	var user, pass, name []byte
+	for j := next; j < len(args); j++ {
+		more := len(args) - 1 - j
+		switch {
+		case bytes.EqualFold(args[j], []byte("auth")) && more >= 2:
+			user, pass = args[j+1], args[j+2]
+			j += 2
+		case bytes.EqualFold(args[j], []byte("setname")) && more >= 1:
+			name = args[j+1]
+			j++
+		default:
+			s.replyError("ERR Syntax error in HELLO option '" + string(args[j]) + "'")
+			return
+		}
+	}
+	if user != nil && !s.checkAuth(user, pass) {
+		s.replyError(msgWrongPass)
+		return
+	}
+	if !s.authed {
+		s.replyError(msgHelloNoAuth)
+		return
+	}
+	if name != nil && !s.setName(name) {
+		return
+	}
+	s.flush()
+	mark := len(s.out)
+	s.b.req = append(s.b.req, "*1\r\n$5\r\nHELLO\r\n"...)
+	s.b.n++
+	s.flush()
+	s.out = append(s.out[:mark], patchHelloID(s.out[mark:], s.id)...)
+}
+
+// patchHelloID replaces the upstream connection's id in a HELLO reply with
+// the client's own, so HELLO and CLIENT ID agree.
+func patchHelloID(reply []byte, id uint64) []byte {
+	const field = "$2\r\nid\r\n:"
+	i := bytes.Index(reply, []byte(field))
+	if reply[0] != '*' || i < 0 {
+		return reply
+	}
+	start := i + len(field)
+	end := start + bytes.IndexByte(reply[start:], '\r')
+	patched := append([]byte(nil), reply[:start]...)
+	patched = strconv.AppendUint(patched, id, 10)
+	return append(patched, reply[end:]...)
+}
+
+// selectDB answers SELECT by moving the client to the shared connections of
+// the new db; Redis itself checks the index when the first one is dialed.
+func (s *session) selectDB(args [][]byte) {
+	if len(args) != 2 {
+		s.replyError(wrongArity("select"))
+		return
+	}
+	n, ok := resp.ParseInt(args[1])
+	if !ok || n < -1<<31 || n > 1<<31-1 {
+		s.replyError(msgNotInteger)
+		return
+	}
+	if n < 0 {
+		s.replyError("ERR DB index is out of range")
+		return
+	}
+	s.flush()
+	c, err := s.srv.pool.get(int(n), s.id)
+	if err != nil {
+		s.replyError(errorText(err))
+		return
+	}
+	s.db, s.shared = int(n), c
+	s.reply([]byte("+OK\r\n"))
+}
+
+// client answers CLIENT ID, SETNAME and GETNAME from the proxy's own state:
+// the shared connections have no per-client name or id.
+func (s *session) client(args [][]byte) {
+	sub := strings.ToLower(string(args[1]))
+	arity := map[string]int{"id": 2, "getname": 2, "setname": 3}[sub]
+	if len(args) != arity {
+		s.replyError(wrongArity("client|" + sub))
+		return
+	}
+	switch sub {
+	case "id":
+		s.reply(resp.AppendInt(nil, int64(s.id)))
+	case "getname":
+		if len(s.name) == 0 {
+			s.reply(resp.AppendNil(nil))
+		} else {
+			s.reply(resp.AppendBulk(nil, s.name))
+		}
+	case "setname":
+		if s.setName(args[2]) {
+			s.reply([]byte("+OK\r\n"))
+		}
+	}
+}
+
+// setName validates a client name as Redis does: printable ASCII without
+// spaces; empty clears it.
+func (s *session) setName(name []byte) bool {
+	for _, c := range name {
+		if c < '!' || c > '~' {
+			s.replyError(msgBadName)
+			return false
+		}
+	}
+	s.name = append(s.name[:0:0], name...)
+	return true
+}

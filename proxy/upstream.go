@@ -1,0 +1,346 @@
+package proxy
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hotkeyproxy/hotkeyproxy/resp"
+)
+
+// ErrUpstreamClosed fails requests queued on an upstream connection that has
+// been retired.
+var ErrUpstreamClosed = errors.New("proxy: upstream connection closed")
+
+// RedisError is an error reply from Redis, kept verbatim ("ERR …",
+// "WRONGPASS …") so it can be relayed unchanged. Transport failures are
+// plain errors instead: they retire the connection, a RedisError does not.
+type RedisError string
+
+func (e RedisError) Error() string { return string(e) }
+
+// dialer opens upstream connections to one node.
+type dialer struct {
+	addr     string
+	username string
+	password string
+	timeout  time.Duration
+}
+
+// dial connects, authenticates and selects db, all within the dial timeout.
+// A Redis error reply to SELECT comes back as RedisError so the client sees
+// Redis's own text ("ERR DB index is out of range").
+func (d *dialer) dial(db int) (net.Conn, *bufio.Reader, error) {
+	nc, err := net.DialTimeout("tcp", d.addr, d.timeout)
+	if err != nil {
+		return nil, nil, err
+	}
+	if tc, ok := nc.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	var req []byte
+	steps := 0
+	if d.password != "" {
+		if d.username != "" {
+			req = resp.AppendCommand(req, []byte("AUTH"), []byte(d.username), []byte(d.password))
+		} else {
+			req = resp.AppendCommand(req, []byte("AUTH"), []byte(d.password))
+		}
+		steps++
+	}
+	if db != 0 {
+		req = resp.AppendCommand(req, []byte("SELECT"), strconv.AppendInt(nil, int64(db), 10))
+		steps++
+	}
+	br := bufio.NewReaderSize(nc, 16<<10)
+	if steps == 0 {
+		return nc, br, nil
+	}
+	nc.SetDeadline(time.Now().Add(d.timeout))
+	err = func() error {
+		if _, err := nc.Write(req); err != nil {
+			return err
+		}
+		for i := 0; i < steps; i++ {
+			reply, err := resp.ReadReply(br, nil)
+			if err != nil {
+				return err
+			}
+			if reply[0] == '-' {
+				msg := string(reply[1 : len(reply)-2])
+				if i == 0 && d.password != "" {
+					return fmt.Errorf("proxy: upstream %s refused our AUTH: %s", d.addr, msg)
+				}
+				return RedisError(msg)
+			}
+		}
+		return nil
+	}()
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	nc.SetDeadline(time.Time{})
+	return nc, br, nil
+}
+
+// batch is one run of a client's requests sent to an upstream connection
+// together; the replies are appended to out in order.
+type batch struct {
+	req   []byte // RESP frames to send
+	n     int    // replies expected
+	out   []byte // replies are appended here
+	done  int    // replies complete in out
+	okLen int    // len(out) after the last complete reply
+	err   error
+	// doneCh is signalled once per send, when all replies are in or the
+	// connection failed; cap 1 so the reader never waits on the session.
+	doneCh chan struct{}
+}
+
+// sharedConn multiplexes many clients' batches over one upstream
+// connection: a writer goroutine sends whatever batches are queued in one
+// write, a reader goroutine fills their replies in FIFO order. Redis answers
+// in request order, so reply i belongs to the i-th request written.
+type sharedConn struct {
+	nc   net.Conn
+	br   *bufio.Reader
+	wake chan struct{} // cap 1: pending is not empty
+	more chan struct{} // cap 1: inflight is not empty
+	quit chan struct{} // closed when the connection fails
+
+	mu       sync.Mutex
+	pending  []*batch    // queued, not written; failed by fail
+	inflight []*batch    // written, awaiting replies; failed only by readLoop
+	err      error       // sticky failure; guarded by mu
+	dead     atomic.Bool // err != nil, readable without mu on the hot path
+}
+
+func newSharedConn(nc net.Conn, br *bufio.Reader) *sharedConn {
+	c := &sharedConn{
+		nc: nc, br: br,
+		wake: make(chan struct{}, 1),
+		more: make(chan struct{}, 1),
+		quit: make(chan struct{}),
+	}
+	go c.writeLoop()
+	go c.readLoop()
+	return c
+}
+
+// send queues b; b.doneCh is signalled when b is complete or failed.
+func (c *sharedConn) send(b *batch) {
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		b.err = err
+		b.doneCh <- struct{}{}
+		return
+	}
+	c.pending = append(c.pending, b)
+	c.mu.Unlock()
+	signal(c.wake)
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// fail retires the connection: queued batches fail now, written ones fail in
+// readLoop once it has stopped touching them.
+func (c *sharedConn) fail(err error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = err
+	c.dead.Store(true)
+	pending := c.pending
+	c.pending = nil
+	c.mu.Unlock()
+	close(c.quit)
+	c.nc.Close()
+	for _, b := range pending {
+		b.err = err
+		b.doneCh <- struct{}{}
+	}
+}
+
+func (c *sharedConn) close() { c.fail(ErrUpstreamClosed) }
+
+func (c *sharedConn) writeLoop() {
+	var batches []*batch
+	var bufs net.Buffers
+	for {
+		select {
+		case <-c.wake:
+		case <-c.quit:
+			return
+		}
+		c.mu.Lock()
+		if c.err != nil {
+			c.mu.Unlock()
+			return
+		}
+		batches, c.pending = c.pending, batches[:0]
+		c.inflight = append(c.inflight, batches...)
+		c.mu.Unlock()
+		signal(c.more)
+		bufs = bufs[:0]
+		for _, b := range batches {
+			bufs = append(bufs, b.req)
+		}
+		// WriteTo consumes bufs; the requests stay owned by their sessions,
+		// which reuse them only after their replies arrived, i.e. after the
+		// kernel has taken the bytes.
+		if _, err := bufs.WriteTo(c.nc); err != nil {
+			c.fail(err)
+			return
+		}
+		clear(batches)
+	}
+}
+
+func (c *sharedConn) readLoop() {
+	for {
+		c.mu.Lock()
+		for len(c.inflight) == 0 && c.err == nil {
+			c.mu.Unlock()
+			select {
+			case <-c.more:
+			case <-c.quit:
+			}
+			c.mu.Lock()
+		}
+		if c.err != nil {
+			inflight := c.inflight
+			c.inflight = nil
+			err := c.err
+			c.mu.Unlock()
+			for _, b := range inflight {
+				b.err = err
+				b.doneCh <- struct{}{}
+			}
+			return
+		}
+		b := c.inflight[0]
+		c.mu.Unlock()
+
+		var err error
+		for b.done < b.n {
+			if b.out, err = resp.ReadReply(c.br, b.out); err != nil {
+				break
+			}
+			b.done++
+			b.okLen = len(b.out)
+		}
+		if err != nil {
+			c.fail(fmt.Errorf("proxy: reading from upstream: %w", err))
+			continue // the next pass fails b with the rest
+		}
+		c.mu.Lock()
+		c.inflight[0] = nil
+		c.inflight = c.inflight[1:]
+		c.mu.Unlock()
+		b.doneCh <- struct{}{}
+	}
+}
+
+// pool holds one node's shared connections: perDB of them for each db, so a
+// client that SELECTs never changes another client's db.
+type pool struct {
+	dialer
+	perDB int
+
+	mu     sync.Mutex
+	conns  map[int][]*sharedSlot // by db
+	closed bool
+}
+
+// sharedSlot is one place in the pool; its own lock serialises redials, so
+// clients wait for one dial rather than each making their own.
+type sharedSlot struct {
+	mu   sync.Mutex
+	conn *sharedConn
+}
+
+func newPool(d dialer, perDB int) *pool {
+	return &pool{dialer: d, perDB: perDB, conns: make(map[int][]*sharedSlot)}
+}
+
+// get returns a healthy shared connection for db, dialing when the slot is
+// empty or its connection failed. Clients are spread over slots by id.
+func (p *pool) get(db int, id uint64) (*sharedConn, error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, ErrUpstreamClosed
+	}
+	slots := p.conns[db]
+	if slots == nil {
+		slots = make([]*sharedSlot, p.perDB)
+		for i := range slots {
+			slots[i] = &sharedSlot{}
+		}
+		p.conns[db] = slots
+	}
+	p.mu.Unlock()
+
+	s := slots[id%uint64(len(slots))]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn != nil && !s.conn.dead.Load() {
+		return s.conn, nil
+	}
+	nc, br, err := p.dial(db)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		nc.Close()
+		return nil, ErrUpstreamClosed
+	}
+	s.conn = newSharedConn(nc, br)
+	return s.conn, nil
+}
+
+// close retires every shared connection; batches in flight fail.
+func (p *pool) close() {
+	p.mu.Lock()
+	p.closed = true
+	var slots []*sharedSlot
+	for _, s := range p.conns {
+		slots = append(slots, s...)
+	}
+	p.mu.Unlock()
+	for _, s := range slots { // slot locks are never taken under p.mu
+		s.mu.Lock()
+		if s.conn != nil {
+			s.conn.close()
+		}
+		s.mu.Unlock()
+	}
+}
+
+// errorText turns an upstream failure into the text of an error reply:
+// Redis's own words for a RedisError, otherwise one line naming the cause.
+func errorText(err error) string {
+	var re RedisError
+	if errors.As(err, &re) {
+		return string(re)
+	}
+	return "ERR upstream unavailable: " + strings.NewReplacer("\r", " ", "\n", " ").Replace(err.Error())
+}

@@ -1,0 +1,331 @@
+package resp
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math"
+)
+
+// Limits Redis applies to what a client sends (networking.c, Redis 7.0).
+const (
+	// InlineMax is PROTO_INLINE_MAX_SIZE: the longest inline command, and the
+	// longest multibulk or bulk count line, in bytes.
+	InlineMax = 64 * 1024
+	// UnauthMultibulkMax and UnauthBulkMax bound what a client that still has
+	// to authenticate may send: at most 10 arguments of 16 KiB each.
+	UnauthMultibulkMax = 10
+	UnauthBulkMax      = 16384
+
+	minReadSize = 4096
+	maxReadSize = 64 * 1024
+)
+
+// ProtocolError is a malformed request. Its text is what Redis replies,
+// without the "ERR " prefix; the connection must be closed after replying.
+type ProtocolError struct{ Msg string }
+
+func (e *ProtocolError) Error() string { return "Protocol error: " + e.Msg }
+
+// Protocol errors with Redis 7.0's exact texts.
+var (
+	ErrTooBigInline        = &ProtocolError{"too big inline request"}
+	ErrUnbalancedQuotes    = &ProtocolError{"unbalanced quotes in request"}
+	ErrTooBigMultibulk     = &ProtocolError{"too big mbulk count string"}
+	ErrInvalidMultibulk    = &ProtocolError{"invalid multibulk length"}
+	ErrUnauthMultibulk     = &ProtocolError{"unauthenticated multibulk length"}
+	ErrTooBigBulkCount     = &ProtocolError{"too big bulk count string"}
+	ErrInvalidBulkLength   = &ProtocolError{"invalid bulk length"}
+	ErrUnauthBulkLength    = &ProtocolError{"unauthenticated bulk length"}
+	ErrQueryBufferExceeded = errors.New("resp: client query buffer limit reached")
+)
+
+// Command is one request. Args alias the reader's buffer and stay valid only
+// until the next call to ReadCommands.
+type Command struct {
+	Args [][]byte
+	// Raw is the request as the client framed it (multibulk), ready to be
+	// forwarded as is; nil for an inline command, which must be re-encoded.
+	Raw []byte
+}
+
+// CommandReader parses client requests. It is not safe for concurrent use.
+type CommandReader struct {
+	rd           io.Reader
+	buf          []byte
+	start, end   int // unparsed input is buf[start:end]
+	maxQuery     int
+	maxBulk      int64
+	authRequired bool
+	err          error // sticky: once set, every call returns it
+
+	// A multibulk frame not yet complete, so a big value arriving in many
+	// reads is not parsed again from its start each time. Offsets are
+	// relative to start.
+	partial struct {
+		active bool
+		left   int   // arguments still to read
+		bulk   int64 // length of the argument being read, -1 if unknown
+		pos    int   // where parsing resumes
+		marks  []int // start and end offsets of the arguments read
+	}
+	cmds []Command
+}
+
+// NewCommandReader reads from rd. maxQuery bounds the unparsed bytes one
+// client may have buffered (Redis client-query-buffer-limit, default 1 GiB);
+// maxBulk is the largest bulk argument accepted (Redis proto-max-bulk-len,
+// default 512 MiB).
+func NewCommandReader(rd io.Reader, maxQuery int, maxBulk int64) *CommandReader {
+	return &CommandReader{rd: rd, maxQuery: maxQuery, maxBulk: maxBulk}
+}
+
+// SetAuthRequired applies Redis's tighter limits for clients that have not
+// authenticated yet.
+func (r *CommandReader) SetAuthRequired(v bool) { r.authRequired = v }
+
+// Buffered reports how many bytes have been read but not yet parsed.
+func (r *CommandReader) Buffered() int { return r.end - r.start }
+
+// Feed appends bytes read from the client by someone else (while the session
+// waited on a blocking command) as if the reader had read them.
+func (r *CommandReader) Feed(p []byte) {
+	r.compact(len(p))
+	r.end += copy(r.buf[r.end:], p)
+}
+
+// ReadCommands returns every complete command buffered, reading from the
+// client once when none is. The error is a *ProtocolError, an I/O error, or
+// ErrQueryBufferExceeded; commands parsed before a protocol error are
+// returned with it, so they can be answered before the error.
+func (r *CommandReader) ReadCommands() ([]Command, error) {
+	if r.err != nil {
+		return nil, r.err
+	}
+	r.cmds = r.cmds[:0]
+	for {
+		err := r.parse()
+		if len(r.cmds) > 0 || err != nil {
+			r.err = err
+			return r.cmds, err
+		}
+		if r.end-r.start > r.maxQuery {
+			r.err = ErrQueryBufferExceeded
+			return nil, r.err
+		}
+		r.compact(r.readSize())
+		n, err := r.rd.Read(r.buf[r.end:])
+		r.end += n
+		if n == 0 && err != nil {
+			r.err = err
+			return nil, err
+		}
+	}
+}
+
+// readSize is how much room the next read wants: the rest of a bulk being
+// received in one go, otherwise a buffer that grows while reads fill it.
+func (r *CommandReader) readSize() int {
+	p := &r.partial
+	if p.active && p.bulk >= 0 {
+		// Grow toward the whole bulk, but never past twice what arrived,
+		// so a length header alone cannot make us allocate 512 MiB.
+		need := p.pos + int(p.bulk) + 2 - (r.end - r.start)
+		if need > maxReadSize {
+			return min(need, max(2*(r.end-r.start), maxReadSize))
+		}
+	}
+	if r.end == len(r.buf) && len(r.buf) >= minReadSize && len(r.buf) < maxReadSize {
+		return len(r.buf) // reads fill the buffer: double it
+	}
+	return minReadSize
+}
+
+// compact moves unparsed input to the front and makes room for n more bytes.
+// An idle reader drops a grown buffer, so idle clients stay small.
+func (r *CommandReader) compact(n int) {
+	if r.start == r.end {
+		r.start, r.end = 0, 0
+		if len(r.buf) > maxReadSize {
+			r.buf = nil
+		}
+	}
+	if len(r.buf)-r.end >= n {
+		return
+	}
+	used := r.end - r.start
+	if r.start > 0 && len(r.buf)-used >= n {
+		copy(r.buf, r.buf[r.start:r.end])
+	} else {
+		buf := make([]byte, max(used+n, minReadSize))
+		copy(buf, r.buf[r.start:r.end])
+		r.buf = buf
+	}
+	r.start, r.end = 0, used
+}
+
+// parse appends the complete commands in the buffer to r.cmds.
+func (r *CommandReader) parse() error {
+	for r.start < r.end {
+		var ok bool
+		var err error
+		if r.partial.active || r.buf[r.start] == '*' {
+			ok, err = r.parseMultibulk()
+		} else {
+			ok, err = r.parseInline()
+		}
+		if err != nil || !ok {
+			return err
+		}
+	}
+	return nil
+}
+
+// indexCString finds c the way strchr does on Redis's query buffer: a NUL
+// byte ends the search.
+func indexCString(b []byte, c byte) int {
+	i := bytes.IndexByte(b, c)
+	if i < 0 {
+		return -1
+	}
+	if z := bytes.IndexByte(b[:i], 0); z >= 0 {
+		return -1
+	}
+	return i
+}
+
+func (r *CommandReader) parseInline() (bool, error) {
+	b := r.buf[r.start:r.end]
+	nl := indexCString(b, '\n')
+	if nl < 0 {
+		if len(b) > InlineMax {
+			return false, ErrTooBigInline
+		}
+		return false, nil
+	}
+	line := b[:nl]
+	if nl > 0 && line[nl-1] == '\r' {
+		line = line[:nl-1]
+	}
+	args, ok := SplitArgs(line)
+	if !ok {
+		return false, ErrUnbalancedQuotes
+	}
+	r.start += nl + 1
+	if len(args) > 0 {
+		r.cmds = append(r.cmds, Command{Args: args})
+	}
+	return true, nil
+}
+
+func (r *CommandReader) parseMultibulk() (bool, error) {
+	p := &r.partial
+	b := r.buf[r.start:r.end]
+	if !p.active {
+		cr := indexCString(b, '\r')
+		if cr < 0 {
+			if len(b) > InlineMax {
+				return false, ErrTooBigMultibulk
+			}
+			return false, nil
+		}
+		if cr > len(b)-2 {
+			return false, nil
+		}
+		n, ok := ParseInt(b[1:cr])
+		if !ok || n > math.MaxInt32 {
+			return false, ErrInvalidMultibulk
+		}
+		if n > UnauthMultibulkMax && r.authRequired {
+			return false, ErrUnauthMultibulk
+		}
+		if n <= 0 {
+			r.start += cr + 2
+			return true, nil
+		}
+		p.active, p.left, p.bulk, p.pos = true, int(n), -1, cr+2
+		p.marks = p.marks[:0]
+	}
+	for p.left > 0 {
+		if p.bulk < 0 {
+			rest := b[p.pos:]
+			cr := indexCString(rest, '\r')
+			if cr < 0 {
+				if len(rest) > InlineMax {
+					return false, ErrTooBigBulkCount
+				}
+				return false, nil
+			}
+			if cr > len(rest)-2 {
+				return false, nil
+			}
+			if rest[0] != '$' {
+				return false, &ProtocolError{"expected '$', got '" + string(rest[:1]) + "'"}
+			}
+			n, ok := ParseInt(rest[1:cr])
+			if !ok || n < 0 || n > r.maxBulk {
+				return false, ErrInvalidBulkLength
+			}
+			if n > UnauthBulkMax && r.authRequired {
+				return false, ErrUnauthBulkLength
+			}
+			p.bulk = n
+			p.pos += cr + 2
+		}
+		if int64(len(b)-p.pos) < p.bulk+2 {
+			return false, nil
+		}
+		end := p.pos + int(p.bulk)
+		p.marks = append(p.marks, p.pos, end)
+		p.pos = end + 2 // Redis skips the two bytes after a bulk unchecked
+		p.bulk = -1
+		p.left--
+	}
+	raw := b[:p.pos]
+	args := make([][]byte, len(p.marks)/2)
+	for i := range args {
+		args[i] = raw[p.marks[2*i]:p.marks[2*i+1]]
+	}
+	r.cmds = append(r.cmds, Command{Args: args, Raw: raw})
+	r.start += p.pos
+	p.active = false
+	return true, nil
+}
+
+// ParseInt parses a decimal the way Redis's string2ll does: an optional
+// minus, no plus, no leading zeros, no spaces, within int64.
+func ParseInt(b []byte) (int64, bool) {
+	if len(b) == 0 {
+		return 0, false
+	}
+	if len(b) == 1 && b[0] == '0' {
+		return 0, true
+	}
+	neg := b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) == 0 || b[0] < '1' || b[0] > '9' {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		if v > (math.MaxUint64-9)/10 {
+			return 0, false
+		}
+		v = v*10 + uint64(c-'0')
+	}
+	if neg {
+		if v > 1<<63 {
+			return 0, false
+		}
+		return -int64(v), true
+	}
+	if v > math.MaxInt64 {
+		return 0, false
+	}
+	return int64(v), true
+}

@@ -1,0 +1,139 @@
+package resp
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// ErrBadReply is a reply that is not well-formed RESP2; the connection it
+// came from can no longer be trusted.
+var ErrBadReply = errors.New("resp: malformed reply from server")
+
+// ReadReply appends one complete RESP2 reply from r to dst, nested arrays
+// included, byte for byte as the server sent it.
+func ReadReply(r *bufio.Reader, dst []byte) ([]byte, error) {
+	for pending := 1; pending > 0; pending-- {
+		start := len(dst)
+		var err error
+		if dst, err = readLine(r, dst); err != nil {
+			return dst, err
+		}
+		line := dst[start : len(dst)-2]
+		switch line[0] {
+		case '+', '-', ':':
+		case '$':
+			n, ok := ParseInt(line[1:])
+			if !ok || n < -1 {
+				return dst, fmt.Errorf("%w: bulk length %q", ErrBadReply, line[1:])
+			}
+			if n >= 0 {
+				if dst, err = readFull(r, dst, int(n)+2); err != nil {
+					return dst, err
+				}
+			}
+		case '*':
+			n, ok := ParseInt(line[1:])
+			if !ok || n < -1 {
+				return dst, fmt.Errorf("%w: array length %q", ErrBadReply, line[1:])
+			}
+			if n > 0 {
+				pending += int(n)
+			}
+		default:
+			return dst, fmt.Errorf("%w: type byte %q", ErrBadReply, line[0])
+		}
+	}
+	return dst, nil
+}
+
+// readLine appends one CRLF-terminated line, CRLF included.
+func readLine(r *bufio.Reader, dst []byte) ([]byte, error) {
+	start := len(dst)
+	for {
+		chunk, err := r.ReadSlice('\n')
+		dst = append(dst, chunk...)
+		if err == nil {
+			break
+		}
+		if err != bufio.ErrBufferFull {
+			return dst, err
+		}
+	}
+	if n := len(dst) - start; n < 3 || dst[len(dst)-2] != '\r' {
+		return dst, fmt.Errorf("%w: line %q", ErrBadReply, dst[start:])
+	}
+	return dst, nil
+}
+
+func readFull(r *bufio.Reader, dst []byte, n int) ([]byte, error) {
+	dst = grow(dst, n)
+	for n > 0 {
+		m, err := r.Read(dst[len(dst) : len(dst)+n])
+		dst = dst[:len(dst)+m]
+		n -= m
+		if err != nil && n > 0 {
+			return dst, err
+		}
+	}
+	return dst, nil
+}
+
+func grow(b []byte, n int) []byte {
+	if cap(b)-len(b) >= n {
+		return b
+	}
+	nb := make([]byte, len(b), 2*cap(b)+n)
+	copy(nb, b)
+	return nb
+}
+
+// AppendError appends an error reply; msg starts with its code ("ERR …").
+func AppendError(b []byte, msg string) []byte {
+	b = append(b, '-')
+	b = append(b, msg...)
+	return append(b, '\r', '\n')
+}
+
+// AppendStatus appends a status reply such as +OK.
+func AppendStatus(b []byte, s string) []byte {
+	b = append(b, '+')
+	b = append(b, s...)
+	return append(b, '\r', '\n')
+}
+
+// AppendInt appends an integer reply.
+func AppendInt(b []byte, n int64) []byte {
+	b = append(b, ':')
+	b = strconv.AppendInt(b, n, 10)
+	return append(b, '\r', '\n')
+}
+
+// AppendBulk appends a bulk string reply.
+func AppendBulk(b []byte, s []byte) []byte {
+	b = append(b, '$')
+	b = strconv.AppendInt(b, int64(len(s)), 10)
+	b = append(b, '\r', '\n')
+	b = append(b, s...)
+	return append(b, '\r', '\n')
+}
+
+// AppendNil appends the nil bulk reply ($-1).
+func AppendNil(b []byte) []byte { return append(b, "$-1\r\n"...) }
+
+// AppendArrayHeader appends the header of an array of n elements.
+func AppendArrayHeader(b []byte, n int) []byte {
+	b = append(b, '*')
+	b = strconv.AppendInt(b, int64(n), 10)
+	return append(b, '\r', '\n')
+}
+
+// AppendCommand appends args as a multibulk request.
+func AppendCommand(b []byte, args ...[]byte) []byte {
+	b = AppendArrayHeader(b, len(args))
+	for _, a := range args {
+		b = AppendBulk(b, a)
+	}
+	return b
+}
