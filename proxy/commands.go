@@ -19,6 +19,7 @@ const (
 var routes = map[string]route{
 	"auth": routeLocal, "hello": routeLocal, "quit": routeLocal,
 	"select": routeLocal, "reset": routeLocal, "client": routeLocal,
+	"config": routeLocal,
 
 	// Transactions keep state on the connection until EXEC or UNWATCH.
 	"multi": routeOwn, "watch": routeOwn,
@@ -73,6 +74,10 @@ func classify(args [][]byte, buf *[24]byte) (route, []byte) {
 		}
 		var sub [24]byte
 		return clientRoutes[string(lowerName(args[1], &sub))], name
+	case r == routeLocal && string(name) == "config":
+		if len(args) < 2 || !bytes.EqualFold(args[1], []byte("get")) {
+			return routeShared, name
+		}
 	case r == routeShared && (string(name) == "xread" || string(name) == "xreadgroup"):
 		if hasBlockOption(args) {
 			return routeOwn, name

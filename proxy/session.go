@@ -173,7 +173,7 @@ func (s *session) handle(cmd *resp.Command) {
 	switch r {
 	case routeLocal:
 		// On its own connection the client's name and db live upstream.
-		if s.own != nil && (string(name) == "client" || string(name) == "select") {
+		if s.own != nil && (string(name) == "client" || string(name) == "select") || string(name) == "config" && s.srv.cfg.Upstream.Password == "" {
 			s.forward(cmd)
 			return
 		}
@@ -450,7 +450,46 @@ func (s *session) local(cmd *resp.Command, name string) {
 		s.reply([]byte("+RESET\r\n"))
 	case "client":
 		s.client(args)
+	case "config":
+		s.flush()
+		mark := len(s.out)
+		s.forward(cmd)
+		s.flush()
+		s.out = append(s.out[:mark], maskSecrets(s.out[mark:])...)
 	}
+}
+
+// secretParams are the config parameters that hold the upstream password.
+var secretParams = map[string]bool{"requirepass": true, "masterauth": true}
+
+// maskSecrets hides the values of secretParams in a CONFIG GET reply (a
+// flat array of name, value bulk strings), so the proxy's upstream password
+// never reaches a client. Other replies come back unchanged.
+func maskSecrets(reply []byte) []byte {
+	br := bufio.NewReader(bytes.NewReader(reply))
+	head, err := br.ReadSlice('\n')
+	if err != nil || head[0] != '*' {
+		return reply
+	}
+	out := append([]byte(nil), head...)
+	secret := false
+	for i := 0; ; i++ {
+		elem, err := resp.ReadReply(br, nil)
+		if err != nil {
+			return out
+		}
+		if i%2 == 1 && secret {
+			elem = resp.AppendBulk(nil, []byte("******"))
+		}
+		secret = i%2 == 0 && elem[0] == '$' && secretParams[strings.ToLower(string(bulkValue(elem)))]
+		out = append(out, elem...)
+	}
+}
+
+// bulkValue is the payload of a raw bulk string reply.
+func bulkValue(b []byte) []byte {
+	i := bytes.IndexByte(b, '\n')
+	return b[i+1 : len(b)-2]
 }
 
 func (s *session) resetState() {

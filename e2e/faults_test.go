@@ -1,0 +1,309 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hotkeyproxy/hotkeyproxy/config"
+	"github.com/hotkeyproxy/hotkeyproxy/localredis"
+	"github.com/redis/go-redis/v9"
+)
+
+func newGoRedis(t testing.TB, addr string, edit func(*redis.Options)) *redis.Client {
+	t.Helper()
+	o := &redis.Options{Addr: addr, Protocol: 2, MaxRetries: -1, DialTimeout: 5 * time.Second}
+	if edit != nil {
+		edit(o)
+	}
+	c := redis.NewClient(o)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestUpstreamDownAndBack: with Redis down, clients get a clear error
+// within the dial timeout; when Redis returns, the proxy serves again
+// without a restart.
+func TestUpstreamDownAndBack(t *testing.T) {
+	e := startEnv(t, func(c *config.Config) { c.Upstream.DialTimeout = config.Duration(500 * time.Millisecond) })
+	c := dialRaw(t, e.ProxyAddr())
+	if got := c.do("SET", "k", "1"); got != "+OK\r\n" {
+		t.Fatalf("SET before kill: %q", got)
+	}
+	if err := e.Redis.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	got := c.do("GET", "k")
+	if !strings.HasPrefix(got, "-ERR upstream unavailable") {
+		t.Errorf("GET with Redis down: %q, want -ERR upstream unavailable…", got)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("error took %v, want within the dial timeout", d)
+	}
+	// A new client too, and the same client again: fast errors, no hang.
+	if got := dialRaw(t, e.ProxyAddr()).do("PING"); !strings.HasPrefix(got, "-ERR upstream unavailable") {
+		t.Errorf("PING from a new client with Redis down: %q", got)
+	}
+	if err := e.Redis.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.do("SET", "k", "2"); got != "+OK\r\n" {
+		t.Errorf("SET after restart: %q", got)
+	}
+	if got := c.do("GET", "k"); got != "$1\r\n2\r\n" {
+		t.Errorf("GET after restart: %q", got)
+	}
+}
+
+// TestUpstreamKilledMidLoad kills Redis while 20 clients write, restarts
+// it, and checks that every request got an answer (a reply or an error),
+// nobody hung, and all clients work afterwards.
+func TestUpstreamKilledMidLoad(t *testing.T) {
+	e := startEnv(t, func(c *config.Config) { c.Upstream.DialTimeout = config.Duration(300 * time.Millisecond) })
+	const clients = 20
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var ok, failed atomic.Int64
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := newGoRedis(t, e.ProxyAddr(), func(o *redis.Options) { o.PoolSize = 1; o.ReadTimeout = 5 * time.Second })
+			for n := 0; ctx.Err() == nil; n++ {
+				err := c.Set(context.Background(), fmt.Sprintf("k%d", i), n, 0).Err()
+				switch {
+				case err == nil:
+					ok.Add(1)
+				case strings.Contains(err.Error(), "upstream unavailable"), isConnErr(err):
+					failed.Add(1)
+				default:
+					t.Errorf("client %d: unexpected error %v", i, err)
+					return
+				}
+			}
+		}()
+	}
+	waitFor(t, func() bool { return ok.Load() > 1000 })
+	if err := e.Redis.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return failed.Load() > clients })
+	if err := e.Redis.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	before := ok.Load()
+	waitFor(t, func() bool { return ok.Load() > before+1000 })
+	cancel()
+	wg.Wait()
+	t.Logf("ok=%d failed=%d", ok.Load(), failed.Load())
+	c := newGoRedis(t, e.ProxyAddr(), nil)
+	for i := range clients {
+		if err := c.Get(context.Background(), fmt.Sprintf("k%d", i)).Err(); err != nil {
+			t.Errorf("GET k%d after recovery: %v", i, err)
+		}
+	}
+}
+
+func isConnErr(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || strings.Contains(err.Error(), "EOF") || strings.Contains(err.Error(), "connection reset")
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 20s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestQueryBufferLimit: a client that sends more than limits.query_buffer
+// without completing a command gets an error and is closed; the proxy and
+// other clients carry on.
+func TestQueryBufferLimit(t *testing.T) {
+	e := startEnv(t, func(c *config.Config) {
+		c.Limits.QueryBuffer = 64 * config.KB
+		c.Limits.MaxBulk = 64 * config.KB
+	})
+	other := dialRaw(t, e.ProxyAddr())
+	other.do("SET", "k", "v")
+
+	// 1000 arguments of 1000 bytes: each within max_bulk, the whole
+	// command far over query_buffer.
+	big := dialRaw(t, e.ProxyAddr())
+	go func() {
+		arg := append(append([]byte("$1000\r\n"), make([]byte, 1000)...), "\r\n"...)
+		if _, err := big.nc.Write([]byte("*1000\r\n")); err != nil {
+			return
+		}
+		for range 1000 {
+			if _, err := big.nc.Write(arg); err != nil {
+				return
+			}
+		}
+	}()
+	if got := big.readUntilClose(); got != "-ERR max query buffer length reached, closing connection\r\n" {
+		t.Errorf("over the limit: %q", got)
+	}
+	tooLong := dialRaw(t, e.ProxyAddr())
+	tooLong.send([]byte("*1\r\n$70000\r\n"))
+	if got := tooLong.readUntilClose(); got != "-ERR Protocol error: invalid bulk length\r\n" {
+		t.Errorf("bulk over max_bulk: %q", got)
+	}
+	if got := other.do("GET", "k"); got != "$1\r\nv\r\n" {
+		t.Errorf("other client after: %q", got)
+	}
+}
+
+// TestMaxClients: past limits.max_clients a new client gets Redis's error
+// and is closed; when one leaves, the next is admitted.
+func TestMaxClients(t *testing.T) {
+	e := startEnv(t, func(c *config.Config) { c.Limits.MaxClients = 2 })
+	a := dialRaw(t, e.ProxyAddr())
+	a.do("PING")
+	b := dialRaw(t, e.ProxyAddr())
+	b.do("PING")
+	if got := dialRaw(t, e.ProxyAddr()).readUntilClose(); got != "-ERR max number of clients reached\r\n" {
+		t.Errorf("third client: %q", got)
+	}
+	a.nc.Close()
+	waitFor(t, func() bool { return e.Proxy.Clients() < 2 })
+	if got := dialRaw(t, e.ProxyAddr()).do("PING"); got != "+PONG\r\n" {
+		t.Errorf("after one left: %q", got)
+	}
+}
+
+// TestPasswords: the proxy's own password is required as Redis requires
+// requirepass; the upstream password is never shown to clients.
+func TestPasswords(t *testing.T) {
+	rs := localredis.StartT(t, localredis.Options{Password: "upstream-secret"})
+	cfg := config.Default()
+	cfg.Listen, cfg.Metrics.Listen = "127.0.0.1:0", ""
+	cfg.Upstream.Addrs = []string{rs.Addr()}
+	cfg.Upstream.Password = "upstream-secret"
+	cfg.Password = "proxy-secret"
+	srv := startProxy(t, cfg)
+	addr := srv.Addr().String()
+
+	c := dialRaw(t, addr)
+	steps := []struct{ args, want string }{
+		{"GET k", "-NOAUTH Authentication required.\r\n"},
+		{"AUTH wrong", "-WRONGPASS invalid username-password pair or user is disabled.\r\n"},
+		{"AUTH someone proxy-secret", "-WRONGPASS invalid username-password pair or user is disabled.\r\n"},
+		{"HELLO 2", "-NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time\r\n"},
+		{"AUTH upstream-secret", "-WRONGPASS invalid username-password pair or user is disabled.\r\n"},
+		{"AUTH proxy-secret", "+OK\r\n"},
+		{"SET k v", "+OK\r\n"},
+		{"AUTH default proxy-secret", "+OK\r\n"},
+		{"CONFIG GET requirepass", "*2\r\n$11\r\nrequirepass\r\n$6\r\n******\r\n"},
+		{"CONFIG GET maxmemory-policy", "*2\r\n$16\r\nmaxmemory-policy\r\n$10\r\nnoeviction\r\n"},
+	}
+	for _, s := range steps {
+		if got := c.do(strings.Fields(s.args)...); got != s.want {
+			t.Errorf("%s: got %q, want %q", s.args, got, s.want)
+		}
+	}
+	for _, cmd := range []string{"CONFIG GET *", "CONFIG GET *pass*", "INFO", "CLIENT LIST", "HELLO"} {
+		if got := c.do(strings.Fields(cmd)...); strings.Contains(got, "upstream-secret") {
+			t.Errorf("%s leaks the upstream password: %q", cmd, got)
+		}
+	}
+	c2 := dialRaw(t, addr)
+	if got := c2.do("HELLO", "2", "AUTH", "default", "proxy-secret", "SETNAME", "n1"); !strings.HasPrefix(got, "*14\r\n$6\r\nserver\r\n$5\r\nredis\r\n") {
+		t.Errorf("HELLO with AUTH: %q", got)
+	}
+	if got := c2.do("CLIENT", "GETNAME"); got != "$2\r\nn1\r\n" {
+		t.Errorf("CLIENT GETNAME after HELLO SETNAME: %q", got)
+	}
+}
+
+// TestAbandonedBlockingCommand: a client that leaves while its BLPOP waits
+// must not leave the BLPOP behind to take an element nobody receives.
+func TestAbandonedBlockingCommand(t *testing.T) {
+	e := startEnv(t, nil)
+	c := dialRaw(t, e.ProxyAddr())
+	c.send([]byte("*3\r\n$5\r\nBLPOP\r\n$1\r\nq\r\n$1\r\n0\r\n"))
+	direct := dialRaw(t, e.Redis.Addr())
+	waitFor(t, func() bool { return strings.Contains(direct.do("INFO", "clients"), "blocked_clients:1") })
+	c.nc.Close()
+	waitFor(t, func() bool { return strings.Contains(direct.do("INFO", "clients"), "blocked_clients:0") })
+	direct.do("RPUSH", "q", "job")
+	if got := direct.do("LRANGE", "q", "0", "-1"); got != "*1\r\n$3\r\njob\r\n" {
+		t.Errorf("queue after the client left: %q, want the job still there", got)
+	}
+}
+
+// TestPipelinedAfterBlocking: commands a client pipelines behind a blocking
+// command are answered after it, in order.
+func TestPipelinedAfterBlocking(t *testing.T) {
+	e := startEnv(t, nil)
+	c := dialRaw(t, e.ProxyAddr())
+	c.send([]byte("*3\r\n$5\r\nBLPOP\r\n$1\r\nq\r\n$1\r\n0\r\n"))
+	direct := dialRaw(t, e.Redis.Addr())
+	waitFor(t, func() bool { return strings.Contains(direct.do("INFO", "clients"), "blocked_clients:1") })
+	c.send([]byte("PING\r\n*2\r\n$4\r\nECHO\r\n$2\r\nhi\r\n"))
+	time.Sleep(50 * time.Millisecond) // let the proxy read them while BLPOP waits
+	direct.do("RPUSH", "q", "job")
+	if got, want := c.readReplies(3), "*2\r\n$1\r\nq\r\n$3\r\njob\r\n+PONG\r\n$2\r\nhi\r\n"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// TestIdleTimeout: limits.idle_timeout closes idle clients; 0 (default)
+// never does.
+func TestIdleTimeout(t *testing.T) {
+	e := startEnv(t, func(c *config.Config) { c.Limits.IdleTimeout = config.Duration(200 * time.Millisecond) })
+	c := dialRaw(t, e.ProxyAddr())
+	c.do("PING")
+	start := time.Now()
+	if got := c.readUntilClose(); got != "" {
+		t.Errorf("idle close sent %q", got)
+	}
+	if d := time.Since(start); d < 150*time.Millisecond {
+		t.Errorf("closed after %v, want about 200ms", d)
+	}
+}
+
+// TestGracefulShutdown: a request in flight when the proxy stops still gets
+// its reply; then the connection closes and Serve returns.
+func TestGracefulShutdown(t *testing.T) {
+	rs := localredis.StartT(t, localredis.Options{Args: []string{"--enable-debug-command", "yes"}})
+	cfg := config.Default()
+	cfg.Listen, cfg.Metrics.Listen = "127.0.0.1:0", ""
+	cfg.Upstream.Addrs = []string{rs.Addr()}
+	srv := startProxy(t, cfg)
+	c := dialRaw(t, srv.Addr().String())
+	blocked := dialRaw(t, srv.Addr().String())
+	blocked.send([]byte("*3\r\n$5\r\nBLPOP\r\n$1\r\nq\r\n$3\r\n0.4\r\n"))
+	idle := dialRaw(t, srv.Addr().String())
+	idle.do("PING")
+	c.send([]byte("*3\r\n$5\r\nDEBUG\r\n$5\r\nSLEEP\r\n$3\r\n0.3\r\n"))
+	time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.readUntilClose(); got != "+OK\r\n" {
+		t.Errorf("in-flight reply: %q", got)
+	}
+	if got := blocked.readUntilClose(); got != "*-1\r\n" {
+		t.Errorf("blocked client: %q, want its BLPOP timeout reply", got)
+	}
+	if got := idle.readUntilClose(); got != "" {
+		t.Errorf("idle client got %q", got)
+	}
+	if _, err := net.DialTimeout("tcp", srv.Addr().String(), time.Second); err == nil {
+		t.Error("still accepting after Shutdown")
+	}
+}

@@ -1,0 +1,215 @@
+package proxy
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hotkeyproxy/hotkeyproxy/config"
+	"github.com/hotkeyproxy/hotkeyproxy/resp"
+)
+
+// fakeBackend is a RESP server that echoes each command's last argument as
+// a bulk reply, so a client can tell whose reply it got. After failAfter
+// commands (when > 0) it drops the connection it is serving.
+type fakeBackend struct {
+	ln        net.Listener
+	failAfter int64
+	served    atomic.Int64
+	conns     atomic.Int64
+}
+
+func startFakeBackend(t *testing.T, failAfter int64) *fakeBackend {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb := &fakeBackend{ln: ln, failAfter: failAfter}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			fb.conns.Add(1)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				fb.serve(nc)
+			}()
+		}
+	}()
+	return fb
+}
+
+func (fb *fakeBackend) serve(nc net.Conn) {
+	defer nc.Close()
+	rd := resp.NewCommandReader(nc, 1<<20, 1<<20)
+	var out []byte
+	for {
+		cmds, err := rd.ReadCommands()
+		for _, c := range cmds {
+			if n := fb.served.Add(1); fb.failAfter > 0 && n%fb.failAfter == 0 {
+				nc.Write(out)
+				return
+			}
+			out = resp.AppendBulk(out, c.Args[len(c.Args)-1])
+		}
+		if _, werr := nc.Write(out); werr != nil || err != nil {
+			return
+		}
+		out = out[:0]
+	}
+}
+
+func startTestProxy(t *testing.T, upstream string, edit func(*config.Config)) string {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Upstream.Addrs = []string{upstream}
+	cfg.Metrics.Listen = ""
+	if edit != nil {
+		edit(cfg)
+	}
+	srv, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Shutdown(t.Context()) })
+	return ln.Addr().String()
+}
+
+// TestSharedConnOrder has many clients pipeline through few shared upstream
+// connections; each must get exactly its own replies, in order.
+func TestSharedConnOrder(t *testing.T) {
+	fb := startFakeBackend(t, 0)
+	addr := startTestProxy(t, fb.ln.Addr().String(), func(c *config.Config) { c.Upstream.ConnsPerNode = 2 })
+
+	const clients, rounds, depth = 40, 50, 16
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- pipelineEcho(addr, c, rounds, depth)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	if got, want := fb.served.Load(), int64(clients*rounds*depth); got != want {
+		t.Errorf("backend served %d commands, want %d", got, want)
+	}
+	if n := fb.conns.Load(); n > 2 {
+		t.Errorf("backend saw %d connections, want at most conns_per_node=2", n)
+	}
+}
+
+func pipelineEcho(addr string, client, rounds, depth int) error {
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(30 * time.Second))
+	br := bufio.NewReader(nc)
+	for r := range rounds {
+		var req, want []byte
+		for i := range depth {
+			tag := []byte(fmt.Sprintf("c%d-r%d-i%d", client, r, i))
+			req = resp.AppendCommand(req, []byte("ECHO"), tag)
+			want = resp.AppendBulk(want, tag)
+		}
+		if _, err := nc.Write(req); err != nil {
+			return err
+		}
+		var got []byte
+		for range depth {
+			if got, err = resp.ReadReply(br, got); err != nil {
+				return fmt.Errorf("client %d round %d: %v", client, r, err)
+			}
+		}
+		if string(got) != string(want) {
+			return fmt.Errorf("client %d round %d: got %q, want %q", client, r, got, want)
+		}
+	}
+	return nil
+}
+
+// TestSharedConnFailure drops the upstream connection every 100 commands
+// while clients pipeline: every request gets its own reply or an error
+// reply, in order, nobody hangs, and the proxy redials.
+func TestSharedConnFailure(t *testing.T) {
+	fb := startFakeBackend(t, 100)
+	addr := startTestProxy(t, fb.ln.Addr().String(), nil)
+
+	const clients, rounds, depth = 8, 40, 8
+	var wg sync.WaitGroup
+	var failed, ok atomic.Int64
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nc, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer nc.Close()
+			nc.SetDeadline(time.Now().Add(30 * time.Second))
+			br := bufio.NewReader(nc)
+			for r := range rounds {
+				var req []byte
+				for i := range depth {
+					req = resp.AppendCommand(req, []byte("ECHO"), fmt.Appendf(nil, "c%d-r%d-i%d", c, r, i))
+				}
+				nc.Write(req)
+				for i := range depth {
+					reply, err := resp.ReadReply(br, nil)
+					if err != nil {
+						t.Errorf("client %d: %v", c, err)
+						return
+					}
+					want := fmt.Sprintf("c%d-r%d-i%d", c, r, i)
+					switch {
+					case strings.HasPrefix(string(reply), "-ERR upstream unavailable"):
+						failed.Add(1)
+					case string(reply) == string(resp.AppendBulk(nil, []byte(want))):
+						ok.Add(1)
+					default:
+						t.Errorf("client %d: got %q, want %q or an error", c, reply, want)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if failed.Load() == 0 || ok.Load() == 0 {
+		t.Errorf("ok=%d failed=%d: want both, the backend drops every 100 commands", ok.Load(), failed.Load())
+	}
+	if fb.conns.Load() < 2 {
+		t.Errorf("proxy dialed %d times, want redials after failures", fb.conns.Load())
+	}
+}
