@@ -21,6 +21,7 @@ const (
 	msgNoPassword  = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
 	msgSyntax      = "ERR syntax error"
 	msgNotInteger  = "ERR value is not an integer or out of range"
+	msgIntRange    = "ERR value is out of range, value must between -2147483648 and 2147483647"
 	msgBadName     = "ERR Client names cannot contain spaces, newlines or special characters."
 	msgNoProto     = "NOPROTO unsupported protocol version"
 	msgBadProtover = "ERR Protocol version is not an integer or out of range"
@@ -61,6 +62,9 @@ type session struct {
 	shared *sharedConn // the shared connection for db, cached
 	own    *ownConn    // the client's own connection, once it needed one
 	quit   bool        // close once out is written
+	// inMulti: own has a transaction open (MULTI answered +OK, no EXEC or
+	// DISCARD since), so Redis queues what the proxy would answer itself.
+	inMulti bool
 
 	// Stream mode (pub/sub, MONITOR): every command goes to own as it comes,
 	// and relay copies whatever Redis sends to the client.
@@ -172,20 +176,30 @@ func (s *session) handle(cmd *resp.Command) {
 	}
 	switch r {
 	case routeLocal:
-		// On its own connection the client's name and db live upstream.
-		if s.own != nil && (string(name) == "client" || string(name) == "select") || string(name) == "config" && s.srv.cfg.Upstream.Password == "" {
+		if s.upstreamOwns(string(name)) {
 			s.forward(cmd)
 			return
 		}
 		s.local(cmd, string(name))
 	case routeShared:
 		s.forward(cmd)
+		if s.inMulti && (string(name) == "exec" || string(name) == "discard") {
+			s.inMulti = false
+		}
 	case routeOwn:
 		if s.own == nil && !s.pin() {
 			return
 		}
+		if string(name) == "multi" {
+			s.flush()
+			mark := len(s.out)
+			s.forward(cmd)
+			s.flush()
+			s.inMulti = string(s.out[mark:]) == "+OK\r\n"
+			return
+		}
 		s.forward(cmd)
-		if string(name) != "multi" && string(name) != "watch" {
+		if string(name) != "watch" {
 			s.flushBlocking()
 		}
 	case routeStream:
@@ -411,12 +425,33 @@ func (s *session) relay(own *ownConn) {
 	}
 }
 
+// upstreamOwns reports whether a command the proxy answers itself for
+// clients on shared connections goes upstream instead, because Redis holds
+// the state: the name and db of the client's own connection, or the
+// transaction that queues it.
+func (s *session) upstreamOwns(name string) bool {
+	switch name {
+	case "client", "select":
+		return s.own != nil
+	case "auth":
+		return s.inMulti
+	case "config":
+		return s.srv.cfg.Upstream.Password == ""
+	}
+	return false
+}
+
+// handleStreaming relays everything in stream mode: Redis refuses most
+// commands while subscribed, with its own text. Only a protocol switch is
+// stopped here, since the relay speaks RESP2.
 func (s *session) handleStreaming(cmd *resp.Command, name []byte) {
 	switch string(name) {
-	case "auth", "hello":
-		s.replyError("ERR " + strings.ToUpper(string(name)) + " is not supported by hotkeyproxy after SUBSCRIBE or MONITOR")
-		s.write()
-		return
+	case "hello":
+		if msg := helloVersionError(cmd.Args); msg != "" {
+			s.replyError(msg)
+			s.write()
+			return
+		}
 	case "reset":
 		s.resetState()
 	}
@@ -493,7 +528,7 @@ func bulkValue(b []byte) []byte {
 }
 
 func (s *session) resetState() {
-	s.db, s.name, s.shared = 0, nil, nil
+	s.db, s.name, s.shared, s.inMulti = 0, nil, nil, false
 	s.authed = s.srv.cfg.Password == ""
 	s.rd.SetAuthRequired(!s.authed)
 }
@@ -538,19 +573,15 @@ func (s *session) auth(args [][]byte) {
 // only, so "HELLO 3" gets NOPROTO, from which clients fall back to RESP2.
 // The server fields come from Redis; the id is the proxy's client id.
 func (s *session) hello(args [][]byte) {
-	next := 1
-	if len(args) >= 2 {
-		v, ok := resp.ParseInt(args[1])
-		if !ok {
-			s.replyError(msgBadProtover)
-			return
-		}
-		if v != 2 {
-			s.replyError(msgNoProto)
-			return
-		}
-		next = 2
+	if msg := helloVersionError(args); msg != "" {
+		s.replyError(msg)
+		return
 	}
+	if s.inMulti {
+		s.forward(&resp.Command{Args: args}) // Redis queues it
+		return
+	}
+	next := min(len(args), 2)
 	var user, pass, name []byte
 	for j := next; j < len(args); j++ {
 		more := len(args) - 1 - j
@@ -578,11 +609,36 @@ func (s *session) hello(args [][]byte) {
 		return
 	}
 	s.flush()
+	if s.own != nil {
+		// The client's own connection keeps its name and id upstream.
+		hello := [][]byte{[]byte("HELLO"), []byte("2")}
+		if name != nil {
+			hello = append(hello, []byte("SETNAME"), name)
+		}
+		s.forward(&resp.Command{Args: hello})
+		return
+	}
 	mark := len(s.out)
 	s.b.req = append(s.b.req, "*1\r\n$5\r\nHELLO\r\n"...)
 	s.b.n++
 	s.flush()
 	s.out = append(s.out[:mark], patchHelloID(s.out[mark:], s.id)...)
+}
+
+// helloVersionError checks HELLO's protocol version: the proxy relays RESP2
+// only, so 3 gets NOPROTO, from which clients fall back to RESP2.
+func helloVersionError(args [][]byte) string {
+	if len(args) < 2 {
+		return ""
+	}
+	v, ok := resp.ParseInt(args[1])
+	switch {
+	case !ok:
+		return msgBadProtover
+	case v != 2:
+		return msgNoProto
+	}
+	return ""
 }
 
 // patchHelloID replaces the upstream connection's id in a HELLO reply with
@@ -608,8 +664,12 @@ func (s *session) selectDB(args [][]byte) {
 		return
 	}
 	n, ok := resp.ParseInt(args[1])
-	if !ok || n < -1<<31 || n > 1<<31-1 {
+	if !ok {
 		s.replyError(msgNotInteger)
+		return
+	}
+	if n < -1<<31 || n > 1<<31-1 {
+		s.replyError(msgIntRange)
 		return
 	}
 	if n < 0 {

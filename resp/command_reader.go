@@ -123,26 +123,22 @@ func (r *CommandReader) ReadCommands() ([]Command, error) {
 	}
 }
 
-// readSize is how much room the next read wants: the rest of a bulk being
-// received in one go, otherwise a buffer that grows while reads fill it.
+// readSize is how much free room the next read wants: the rest of a bulk
+// being received, but never more than what has arrived already, so a
+// length header alone cannot make us allocate 512 MiB.
 func (r *CommandReader) readSize() int {
-	p := &r.partial
-	if p.active && p.bulk >= 0 {
-		// Grow toward the whole bulk, but never past twice what arrived,
-		// so a length header alone cannot make us allocate 512 MiB.
-		need := p.pos + int(p.bulk) + 2 - (r.end - r.start)
-		if need > maxReadSize {
-			return min(need, max(2*(r.end-r.start), maxReadSize))
-		}
-	}
-	if r.end == len(r.buf) && len(r.buf) >= minReadSize && len(r.buf) < maxReadSize {
-		return len(r.buf) // reads fill the buffer: double it
+	used := r.end - r.start
+	if p := &r.partial; p.active && p.bulk >= 0 {
+		need := p.pos + int(p.bulk) + 2 - used
+		return max(min(need, used), minReadSize)
 	}
 	return minReadSize
 }
 
-// compact moves unparsed input to the front and makes room for n more bytes.
-// An idle reader drops a grown buffer, so idle clients stay small.
+// compact makes room for n more bytes after the unparsed input. The buffer
+// at least doubles when it grows, so a request arriving in many small reads
+// costs linear time, as in Redis. An idle reader drops a grown buffer, so
+// idle clients stay small.
 func (r *CommandReader) compact(n int) {
 	if r.start == r.end {
 		r.start, r.end = 0, 0
@@ -154,10 +150,10 @@ func (r *CommandReader) compact(n int) {
 		return
 	}
 	used := r.end - r.start
-	if r.start > 0 && len(r.buf)-used >= n {
-		copy(r.buf, r.buf[r.start:r.end])
+	if len(r.buf)-used >= n && r.start >= used {
+		copy(r.buf, r.buf[r.start:r.end]) // cheap: less to move than was consumed
 	} else {
-		buf := make([]byte, max(used+n, minReadSize))
+		buf := make([]byte, max(used+n, 2*len(r.buf), minReadSize))
 		copy(buf, r.buf[r.start:r.end])
 		r.buf = buf
 	}
@@ -260,7 +256,11 @@ func (r *CommandReader) parseMultibulk() (bool, error) {
 				return false, nil
 			}
 			if rest[0] != '$' {
-				return false, &ProtocolError{"expected '$', got '" + string(rest[:1]) + "'"}
+				got := rest[0]
+				if got == '\r' || got == '\n' {
+					got = ' ' // Redis blanks CR and LF in every error text
+				}
+				return false, &ProtocolError{"expected '$', got '" + string([]byte{got}) + "'"}
 			}
 			n, ok := ParseInt(rest[1:cr])
 			if !ok || n < 0 || n > r.maxBulk {

@@ -4,8 +4,14 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 )
+
+// maxReplyLen bounds a bulk or array length in a reply (4 GiB). Redis's
+// own limit on a string is 512 MiB by default; anything near int64's range
+// is a corrupt stream, not data.
+const maxReplyLen = 1 << 32
 
 // ErrBadReply is a reply that is not well-formed RESP2; the connection it
 // came from can no longer be trusted.
@@ -25,7 +31,7 @@ func ReadReply(r *bufio.Reader, dst []byte) ([]byte, error) {
 		case '+', '-', ':':
 		case '$':
 			n, ok := ParseInt(line[1:])
-			if !ok || n < -1 {
+			if !ok || n < -1 || n > maxReplyLen {
 				return dst, fmt.Errorf("%w: bulk length %q", ErrBadReply, line[1:])
 			}
 			if n >= 0 {
@@ -35,7 +41,7 @@ func ReadReply(r *bufio.Reader, dst []byte) ([]byte, error) {
 			}
 		case '*':
 			n, ok := ParseInt(line[1:])
-			if !ok || n < -1 {
+			if !ok || n < -1 || n > maxReplyLen {
 				return dst, fmt.Errorf("%w: array length %q", ErrBadReply, line[1:])
 			}
 			if n > 0 {
@@ -67,10 +73,14 @@ func readLine(r *bufio.Reader, dst []byte) ([]byte, error) {
 	return dst, nil
 }
 
+// readFull appends n bytes from r. Room grows with what arrives, not with
+// the announced length, so a bad length cannot allocate gigabytes.
 func readFull(r *bufio.Reader, dst []byte, n int) ([]byte, error) {
-	dst = grow(dst, n)
 	for n > 0 {
-		m, err := r.Read(dst[len(dst) : len(dst)+n])
+		if len(dst) == cap(dst) {
+			dst = slices.Grow(dst, min(n, max(len(dst), 4096)))
+		}
+		m, err := r.Read(dst[len(dst):min(cap(dst), len(dst)+n)])
 		dst = dst[:len(dst)+m]
 		n -= m
 		if err != nil && n > 0 {
@@ -80,19 +90,18 @@ func readFull(r *bufio.Reader, dst []byte, n int) ([]byte, error) {
 	return dst, nil
 }
 
-func grow(b []byte, n int) []byte {
-	if cap(b)-len(b) >= n {
-		return b
-	}
-	nb := make([]byte, len(b), 2*cap(b)+n)
-	copy(nb, b)
-	return nb
-}
-
 // AppendError appends an error reply; msg starts with its code ("ERR …").
+// CR and LF in msg become spaces, as Redis's addReplyError makes them, so
+// an error can never break the reply stream.
 func AppendError(b []byte, msg string) []byte {
 	b = append(b, '-')
-	b = append(b, msg...)
+	for i := 0; i < len(msg); i++ {
+		c := msg[i]
+		if c == '\r' || c == '\n' {
+			c = ' '
+		}
+		b = append(b, c)
+	}
 	return append(b, '\r', '\n')
 }
 

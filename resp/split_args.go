@@ -1,11 +1,16 @@
 package resp
 
+import "bytes"
+
 // SplitArgs splits an inline command line into arguments exactly as Redis's
 // sdssplitargs does: blanks separate arguments; "double quotes" take the
 // escapes \n \r \t \b \a \xHH and \<any>; 'single quotes' take only \'; a
 // closing quote must be followed by a blank or the end of the line. It
 // reports false for unbalanced quotes.
 func SplitArgs(line []byte) ([][]byte, bool) {
+	if z := bytes.IndexByte(line, 0); z >= 0 {
+		line = line[:z] // a C string ends at NUL
+	}
 	var args [][]byte
 	i := 0
 	at := func(j int) byte { // the C string's view: NUL past the end
