@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -105,21 +106,28 @@ type batch struct {
 }
 
 // sharedConn multiplexes many clients' batches over one upstream
-// connection: a writer goroutine sends whatever batches are queued in one
-// write, a reader goroutine fills their replies in FIFO order. Redis answers
-// in request order, so reply i belongs to the i-th request written.
+// connection. A session that finds no write in progress writes its batch
+// itself, saving a goroutine hand-off; batches that arrive meanwhile queue
+// up and the writer goroutine sends them together in one write. A reader
+// goroutine fills replies in FIFO order: Redis answers in request order, so
+// reply i belongs to the i-th request written.
 type sharedConn struct {
 	nc   net.Conn
 	br   *bufio.Reader
-	wake chan struct{} // cap 1: pending is not empty
+	wake chan struct{} // cap 1: writeLoop has pending batches to send
 	more chan struct{} // cap 1: inflight is not empty
 	quit chan struct{} // closed when the connection fails
 
 	mu       sync.Mutex
+	writing  bool        // someone holds the write side; guarded by mu
 	pending  []*batch    // queued, not written; failed by fail
-	inflight []*batch    // written, awaiting replies; failed only by readLoop
+	inflight []*batch    // written or being written; failed only by readLoop
 	err      error       // sticky failure; guarded by mu
 	dead     atomic.Bool // err != nil, readable without mu on the hot path
+
+	// Scratch of the write side's holder.
+	wbatches []*batch
+	wbufs    net.Buffers
 }
 
 func newSharedConn(nc net.Conn, br *bufio.Reader) *sharedConn {
@@ -134,19 +142,71 @@ func newSharedConn(nc net.Conn, br *bufio.Reader) *sharedConn {
 	return c
 }
 
-// send queues b; b.doneCh is signalled when b is complete or failed.
+// send sends b; b.doneCh is signalled when b is complete or failed.
 func (c *sharedConn) send(b *batch) {
 	c.mu.Lock()
-	if c.err != nil {
+	switch {
+	case c.err != nil:
 		err := c.err
 		c.mu.Unlock()
 		b.err = err
 		b.doneCh <- struct{}{}
 		return
+	case c.writing:
+		c.pending = append(c.pending, b)
+		c.mu.Unlock()
+		return
 	}
+	c.writing = true
 	c.pending = append(c.pending, b)
 	c.mu.Unlock()
-	signal(c.wake)
+	// Let the other clients the poller just woke queue their batches too,
+	// so one write carries them all: per-request writes to Redis cost more
+	// CPU than the proxy's own work.
+	runtime.Gosched()
+	if c.writePending() {
+		c.endWrite()
+	}
+}
+
+// writePending writes every queued batch in one write. Only the holder of
+// the write side calls it. It reports false when the connection failed.
+func (c *sharedConn) writePending() bool {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return false
+	}
+	c.wbatches, c.pending = c.pending, c.wbatches[:0]
+	c.inflight = append(c.inflight, c.wbatches...)
+	c.mu.Unlock()
+	signal(c.more)
+	c.wbufs = c.wbufs[:0]
+	for _, b := range c.wbatches {
+		c.wbufs = append(c.wbufs, b.req)
+	}
+	// The requests stay owned by their sessions, which reuse them only
+	// after their replies arrived, i.e. after the kernel took the bytes.
+	bufs := c.wbufs // WriteTo consumes its receiver
+	_, err := bufs.WriteTo(c.nc)
+	clear(c.wbatches)
+	if err != nil {
+		c.fail(err) // the batches are in flight: readLoop fails them
+		return false
+	}
+	return true
+}
+
+// endWrite gives up the write side, or hands it to writeLoop when batches
+// queued up while we wrote.
+func (c *sharedConn) endWrite() {
+	c.mu.Lock()
+	queued := len(c.pending) > 0
+	c.writing = queued
+	c.mu.Unlock()
+	if queued {
+		signal(c.wake)
+	}
 }
 
 func signal(ch chan struct{}) {
@@ -179,36 +239,19 @@ func (c *sharedConn) fail(err error) {
 
 func (c *sharedConn) close() { c.fail(ErrUpstreamClosed) }
 
+// writeLoop sends queued batches while it holds the write side, which
+// endWrite hands it.
 func (c *sharedConn) writeLoop() {
-	var batches []*batch
-	var bufs net.Buffers
 	for {
 		select {
 		case <-c.wake:
 		case <-c.quit:
 			return
 		}
-		c.mu.Lock()
-		if c.err != nil {
-			c.mu.Unlock()
+		if !c.writePending() {
 			return
 		}
-		batches, c.pending = c.pending, batches[:0]
-		c.inflight = append(c.inflight, batches...)
-		c.mu.Unlock()
-		signal(c.more)
-		bufs = bufs[:0]
-		for _, b := range batches {
-			bufs = append(bufs, b.req)
-		}
-		// WriteTo consumes bufs; the requests stay owned by their sessions,
-		// which reuse them only after their replies arrived, i.e. after the
-		// kernel has taken the bytes.
-		if _, err := bufs.WriteTo(c.nc); err != nil {
-			c.fail(err)
-			return
-		}
-		clear(batches)
+		c.endWrite()
 	}
 }
 
