@@ -244,18 +244,26 @@ func TestAbandonedBlockingCommand(t *testing.T) {
 }
 
 // TestPipelinedAfterBlocking: commands a client pipelines behind a blocking
-// command are answered after it, in order.
+// command, in the same write and while it waits, are answered after it, in
+// order.
 func TestPipelinedAfterBlocking(t *testing.T) {
 	e := startEnv(t, nil)
 	c := dialRaw(t, e.ProxyAddr())
-	c.send([]byte("*3\r\n$5\r\nBLPOP\r\n$1\r\nq\r\n$1\r\n0\r\n"))
+	c.send([]byte("*3\r\n$5\r\nBLPOP\r\n$1\r\nq\r\n$1\r\n0\r\n*3\r\n$3\r\nSET\r\n$1\r\na\r\n$1\r\nb\r\n*2\r\n$3\r\nGET\r\n$1\r\na\r\n"))
 	direct := dialRaw(t, e.Redis.Addr())
 	waitFor(t, func() bool { return strings.Contains(direct.do("INFO", "clients"), "blocked_clients:1") })
-	c.send([]byte("PING\r\n*2\r\n$4\r\nECHO\r\n$2\r\nhi\r\n"))
+	// Read while BLPOP waits, parsed after it: these bytes must not land
+	// on the SET and GET that are still waiting to run.
+	var more, want strings.Builder
+	for i := 1; i <= 10; i++ {
+		fmt.Fprintf(&more, "*2\r\n$4\r\nINCR\r\n$1\r\nn\r\n")
+		fmt.Fprintf(&want, ":%d\r\n", i)
+	}
+	c.send([]byte(more.String()))
 	time.Sleep(50 * time.Millisecond) // let the proxy read them while BLPOP waits
 	direct.do("RPUSH", "q", "job")
-	if got, want := c.readReplies(3), "*2\r\n$1\r\nq\r\n$3\r\njob\r\n+PONG\r\n$2\r\nhi\r\n"; got != want {
-		t.Errorf("got %q, want %q", got, want)
+	if got, want := c.readReplies(3+10), "*2\r\n$1\r\nq\r\n$3\r\njob\r\n+OK\r\n$1\r\nb\r\n"+want.String(); got != want {
+		t.Errorf("got %.200q…, want %.200q…", got, want)
 	}
 }
 

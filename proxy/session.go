@@ -129,13 +129,13 @@ func (s *session) serve() {
 }
 
 func (s *session) close() {
+	s.nc.Close() // first: a relay blocked writing to a slow client returns
 	if s.own != nil {
 		s.own.nc.Close()
 	}
 	if s.relayDone != nil {
 		<-s.relayDone
 	}
-	s.nc.Close()
 }
 
 // reply appends a locally made reply after every reply before it.
@@ -394,6 +394,7 @@ func (s *session) startStream() {
 		s.quit = true
 	}
 	s.streaming = true
+	s.nc.SetReadDeadline(time.Time{}) // Redis's timeout spares subscribers too
 	s.relayDone = make(chan struct{})
 	go s.relay(s.own)
 }

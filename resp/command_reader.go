@@ -88,9 +88,15 @@ func (r *CommandReader) SetAuthRequired(v bool) { r.authRequired = v }
 func (r *CommandReader) Buffered() int { return r.end - r.start }
 
 // Feed appends bytes read from the client by someone else (while the session
-// waited on a blocking command) as if the reader had read them.
+// waited on a blocking command) as if the reader had read them. Commands
+// already returned stay valid: their bytes are never moved.
 func (r *CommandReader) Feed(p []byte) {
-	r.compact(len(p))
+	if len(r.buf)-r.end < len(p) {
+		used := r.end - r.start
+		buf := make([]byte, max(used+len(p), 2*len(r.buf), minReadSize))
+		copy(buf, r.buf[r.start:r.end])
+		r.buf, r.start, r.end = buf, 0, used
+	}
 	r.end += copy(r.buf[r.end:], p)
 }
 

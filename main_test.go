@@ -1,0 +1,154 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hotkeyproxy/hotkeyproxy/localredis"
+)
+
+func TestCheckConfig(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("listen: 127.0.0.1:6380\nupstream:\n  mode: sharded\n"), 0o644)
+	unknown := filepath.Join(dir, "unknown.yaml")
+	os.WriteFile(unknown, []byte("lisen: 127.0.0.1:6380\n"), 0o644)
+	tests := []struct {
+		name     string
+		args     []string
+		code     int
+		contains string
+	}{
+		{"shipped proxy.yaml", []string{"--check-config", "proxy.yaml"}, 0, "proxy.yaml: ok"},
+		{"bad value names the field", []string{"--check-config", bad}, 1, "upstream.mode"},
+		{"unknown field names it", []string{"--check-config", unknown}, 1, "lisen"},
+		{"missing file", []string{"--check-config", filepath.Join(dir, "none.yaml")}, 1, "none.yaml"},
+		{"bad flag value is checked like a field", []string{"--upstream-mode", "sharded"}, 1, "upstream.mode"},
+		{"bad listen flag", []string{"--listen", "nonsense"}, 1, "listen"},
+		{"stray argument", []string{"serve"}, 2, `unexpected argument "serve"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := run(tc.args, &out, &errOut)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d (stderr %q)", code, tc.code, errOut.String())
+			}
+			if all := out.String() + errOut.String(); !strings.Contains(all, tc.contains) {
+				t.Errorf("output %q does not contain %q", all, tc.contains)
+			}
+		})
+	}
+}
+
+// buildBinary builds hotkeyproxy once per test into a temp dir.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "hotkeyproxy")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// ping sends PING until addr answers +PONG or 10 s pass.
+func ping(t *testing.T, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		nc, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			nc.SetDeadline(time.Now().Add(time.Second))
+			nc.Write([]byte("PING\r\n"))
+			line, _ := bufio.NewReader(nc).ReadString('\n')
+			nc.Close()
+			if line == "+PONG\r\n" {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not answer PING: %v", addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestBinarySignals runs the real binary: flags override the config, it
+// serves, and SIGTERM stops it cleanly with exit status 0.
+func TestBinarySignals(t *testing.T) {
+	bin := buildBinary(t)
+	rs := localredis.StartT(t, localredis.Options{})
+	listen := freeAddr(t)
+	cmd := exec.Command(bin, "--config", "proxy.yaml", "--listen", listen, "--upstream", rs.Addr())
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ping(t, listen)
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("exit after SIGTERM: %v\n%s", err, stderr.String())
+		}
+	case <-time.After(15 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("still running 15s after SIGTERM\n%s", stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "shutting down") {
+		t.Errorf("no shutdown log line:\n%s", stderr.String())
+	}
+}
+
+// TestDemo runs `hotkeyproxy demo` as a user would: it needs no config,
+// serves, and Ctrl-C stops it and the redis-server it started.
+func TestDemo(t *testing.T) {
+	bin := buildBinary(t)
+	listen := freeAddr(t)
+	cmd := exec.Command(bin, "demo", "--listen", listen)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ping(t, listen)
+	out := stdout.String()
+	if !strings.Contains(out, "redis-cli -p "+listen[strings.LastIndex(listen, ":")+1:]) {
+		t.Errorf("demo does not say how to connect:\n%s", out)
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("demo exit: %v\n%s", err, stderr.String())
+	}
+	// The upstream it announced must be gone.
+	i := strings.Index(out, " on 127.0.0.1:")
+	if i < 0 {
+		t.Fatalf("demo does not name its upstream:\n%s", out)
+	}
+	upstream := strings.Fields(out[i+4:])[0]
+	if nc, err := net.DialTimeout("tcp", upstream, time.Second); err == nil {
+		nc.Close()
+		t.Errorf("upstream %s still answers after the demo stopped", upstream)
+	}
+}
