@@ -336,16 +336,10 @@ func (c *Config) validate() []*Error {
 	}
 
 	h := &c.Hotkeys
-	seenMatch := map[string]int{}
+	seenMatch := map[string]string{}
 	for i, k := range h.Keys {
 		p := fmt.Sprintf("hotkeys.keys[%d]", i)
-		if k.Match == "" {
-			v.errorf(p+".match", "must not be empty")
-		} else if j, dup := seenMatch[k.Match]; dup {
-			v.errorf(p+".match", "%q is listed twice (also hotkeys.keys[%d])", k.Match, j)
-		} else {
-			seenMatch[k.Match] = i
-		}
+		v.unique(seenMatch, p+".match", k.Match)
 		if k.Buckets != 0 && (k.Buckets < MinBuckets || k.Buckets > MaxBuckets) {
 			v.errorf(p+".buckets", "must be 0 (default) or %d..%d, got %d", MinBuckets, MaxBuckets, k.Buckets)
 		}
@@ -376,25 +370,13 @@ func (c *Config) validate() []*Error {
 	}
 	v.nonNegative("hotkeys.soldout_ttl", h.SoldoutTTL)
 
-	seenName := map[string]int{}
-	seenBody := map[string]int{}
+	seenName := map[string]string{}
+	seenBody := map[string]string{}
 	for i, s := range c.Scripts {
 		p := fmt.Sprintf("scripts[%d]", i)
-		if s.Name == "" {
-			v.errorf(p+".name", "must not be empty")
-		} else if j, dup := seenName[s.Name]; dup {
-			v.errorf(p+".name", "%q is used twice (also scripts[%d])", s.Name, j)
-		} else {
-			seenName[s.Name] = i
-		}
-		if strings.TrimSpace(s.Body) == "" {
-			v.errorf(p+".body", "must not be empty")
-		} else if j, dup := seenBody[s.Body]; dup {
-			// Scripts are told apart by SHA1, so two with one body are one.
-			v.errorf(p+".body", "same body as scripts[%d]", j)
-		} else {
-			seenBody[s.Body] = i
-		}
+		v.unique(seenName, p+".name", s.Name)
+		// Scripts are told apart by SHA1, so two with one body are one.
+		v.unique(seenBody, p+".body", strings.TrimSpace(s.Body))
 		switch a := s.Amount; {
 		case a.IsZero():
 			v.errorf(p+".amount", `is required: a positive integer or "argv:N"`)
@@ -420,6 +402,20 @@ type validator struct {
 
 func (v *validator) errorf(key, format string, args ...any) {
 	v.errs = append(v.errs, &Error{Path: key, Msg: fmt.Sprintf(format, args...)})
+}
+
+// unique checks that value is not empty and that no earlier item of the
+// list had it; seen maps values to the key that first had them.
+func (v *validator) unique(seen map[string]string, key, value string) {
+	if value == "" {
+		v.errorf(key, "must not be empty")
+		return
+	}
+	if first, dup := seen[value]; dup {
+		v.errorf(key, "%q is listed twice (also %s)", value, first)
+		return
+	}
+	seen[value] = key
 }
 
 // addr checks a host:port address and reports whether it is well formed.

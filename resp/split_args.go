@@ -27,54 +27,34 @@ func SplitArgs(line []byte) ([][]byte, bool) {
 			return args, true
 		}
 		var cur []byte
-		inDouble, inSingle := false, false
+		var quote byte // the open quote, '"' or '\'', or 0
 		for done := false; !done; {
 			c := at(i)
 			switch {
-			case inDouble:
-				switch {
-				case c == '\\' && at(i+1) == 'x' && isHex(at(i+2)) && isHex(at(i+3)):
-					cur = append(cur, unhex(at(i+2))<<4|unhex(at(i+3)))
-					i += 3
-				case c == '\\' && at(i+1) != 0:
-					i++
-					cur = append(cur, unescape(line[i]))
-				case c == '"':
-					if n := at(i + 1); n != 0 && !isSpace(n) {
-						return nil, false
-					}
-					done = true
-				case c == 0:
-					return nil, false
-				default:
-					cur = append(cur, c)
+			case quote == '"' && c == '\\' && at(i+1) == 'x' && isHex(at(i+2)) && isHex(at(i+3)):
+				cur = append(cur, unhex(at(i+2))<<4|unhex(at(i+3)))
+				i += 3
+			case quote == '"' && c == '\\' && at(i+1) != 0:
+				i++
+				cur = append(cur, unescape(line[i]))
+			case quote == '\'' && c == '\\' && at(i+1) == '\'':
+				i++
+				cur = append(cur, '\'')
+			case quote != 0 && c == quote:
+				if n := at(i + 1); n != 0 && !isSpace(n) {
+					return nil, false // a closing quote must end the argument
 				}
-			case inSingle:
-				switch {
-				case c == '\\' && at(i+1) == '\'':
-					i++
-					cur = append(cur, '\'')
-				case c == '\'':
-					if n := at(i + 1); n != 0 && !isSpace(n) {
-						return nil, false
-					}
-					done = true
-				case c == 0:
-					return nil, false
-				default:
-					cur = append(cur, c)
-				}
+				done = true
+			case quote != 0 && c == 0:
+				return nil, false
+			case quote != 0:
+				cur = append(cur, c)
+			case c == ' ' || c == '\n' || c == '\r' || c == '\t' || c == 0:
+				done = true
+			case c == '"' || c == '\'':
+				quote = c
 			default:
-				switch c {
-				case ' ', '\n', '\r', '\t', 0:
-					done = true
-				case '"':
-					inDouble = true
-				case '\'':
-					inSingle = true
-				default:
-					cur = append(cur, c)
-				}
+				cur = append(cur, c)
 			}
 			if c != 0 {
 				i++
