@@ -314,8 +314,10 @@ type pool struct {
 // sharedSlot is one place in the pool; its own lock serialises redials, so
 // clients wait for one dial rather than each making their own.
 type sharedSlot struct {
-	mu   sync.Mutex
-	conn *sharedConn
+	mu      sync.Mutex
+	conn    *sharedConn
+	dialErr error     // the last dial's failure
+	failed  time.Time // when it failed
 }
 
 func newPool(d dialer, perDB int) *pool {
@@ -341,13 +343,20 @@ func (p *pool) get(db int, id uint64) (*sharedConn, error) {
 	p.mu.Unlock()
 
 	s := slots[id%uint64(len(slots))]
+	asked := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.conn != nil && !s.conn.dead.Load() {
 		return s.conn, nil
 	}
+	if s.dialErr != nil && s.failed.After(asked) {
+		// A dial failed while we waited for it: share its answer, so a
+		// queue of clients waits one dial timeout, not one each.
+		return nil, s.dialErr
+	}
 	nc, br, err := p.dial(db)
 	if err != nil {
+		s.dialErr, s.failed = err, time.Now()
 		return nil, err
 	}
 	p.mu.Lock()

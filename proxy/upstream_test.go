@@ -213,3 +213,60 @@ func TestSharedConnFailure(t *testing.T) {
 		t.Errorf("proxy dialed %d times, want redials after failures", fb.conns.Load())
 	}
 }
+
+// TestDialFailureShared: when dialing takes the whole dial timeout (a
+// server that accepts but never answers AUTH), clients queued behind one
+// dial share its failure instead of each waiting a timeout of their own.
+func TestDialFailureShared(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		var held []net.Conn // accepted, never answered
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	const timeout = 300 * time.Millisecond
+	addr := startTestProxy(t, ln.Addr().String(), func(c *config.Config) {
+		c.Upstream.Password = "x"
+		c.Upstream.DialTimeout = config.Duration(timeout)
+		c.Upstream.ConnsPerNode = 1
+	})
+	const clients = 20
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nc, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer nc.Close()
+			nc.SetDeadline(time.Now().Add(10 * time.Second))
+			nc.Write([]byte("PING\r\n"))
+			reply, err := resp.ReadReply(bufio.NewReader(nc), nil)
+			if err != nil || !strings.HasPrefix(string(reply), "-ERR upstream unavailable") {
+				t.Errorf("reply %q, %v", reply, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if d := time.Since(start); d > 4*timeout {
+		t.Errorf("%d clients took %v to fail, want about one dial timeout (%v)", clients, d, timeout)
+	}
+}
