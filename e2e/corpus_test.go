@@ -642,6 +642,7 @@ func corpusCases() []corpusCase {
 		tc("multi/discard", "MULTI", "SET a 1", "DISCARD", "GET a", "DISCARD", "EXEC"),
 		tc("multi/exec-without-multi", "EXEC", "DISCARD"),
 		tc("multi/nested", "MULTI", "MULTI", "SET a 1", "EXEC", "GET a"),
+		tc("multi/nested-then-auth", "MULTI", "MULTI", "AUTH x", "EXEC"),
 		tc("multi/empty", "MULTI", "EXEC"),
 		tc("multi/watch-same-client", "SET k 1", "WATCH k", "SET k 2", "MULTI", "SET k 3", "EXEC", "GET k", "WATCH k", "MULTI", "SET k 4", "EXEC", "GET k"),
 		tc("multi/watch-other-client", "SET k 1", "WATCH k", on(1, cmds("SET k 2")...), "MULTI", "INCR k", "EXEC", "GET k"),

@@ -195,7 +195,8 @@ func (s *session) handle(cmd *resp.Command) {
 			mark := len(s.out)
 			s.forward(cmd)
 			s.flush()
-			s.inMulti = string(s.out[mark:]) == "+OK\r\n"
+			// A nested MULTI is refused and leaves the transaction open.
+			s.inMulti = s.inMulti || string(s.out[mark:]) == "+OK\r\n"
 			return
 		}
 		s.forward(cmd)
