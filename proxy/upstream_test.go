@@ -22,17 +22,19 @@ import (
 type fakeBackend struct {
 	ln        net.Listener
 	failAfter int64
+	delay     time.Duration // before answering each burst of requests
 	served    atomic.Int64
+	bursts    atomic.Int64 // reads that brought at least one request
 	conns     atomic.Int64
 }
 
-func startFakeBackend(t *testing.T, failAfter int64) *fakeBackend {
+func startFakeBackend(t *testing.T, failAfter int64, delay time.Duration) *fakeBackend {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	fb := &fakeBackend{ln: ln, failAfter: failAfter}
+	fb := &fakeBackend{ln: ln, failAfter: failAfter, delay: delay}
 	var wg sync.WaitGroup
 	t.Cleanup(func() { ln.Close(); wg.Wait() })
 	wg.Add(1)
@@ -60,6 +62,10 @@ func (fb *fakeBackend) serve(nc net.Conn) {
 	var out []byte
 	for {
 		cmds, err := rd.ReadCommands()
+		if len(cmds) > 0 {
+			fb.bursts.Add(1)
+			time.Sleep(fb.delay)
+		}
 		for _, c := range cmds {
 			if n := fb.served.Add(1); fb.failAfter > 0 && n%fb.failAfter == 0 {
 				nc.Write(out)
@@ -98,7 +104,7 @@ func startTestProxy(t *testing.T, upstream string, edit func(*config.Config)) st
 // TestSharedConnOrder has many clients pipeline through few shared upstream
 // connections; each must get exactly its own replies, in order.
 func TestSharedConnOrder(t *testing.T) {
-	fb := startFakeBackend(t, 0)
+	fb := startFakeBackend(t, 0, 0)
 	addr := startTestProxy(t, fb.ln.Addr().String(), func(c *config.Config) { c.Upstream.ConnsPerNode = 2 })
 
 	const clients, rounds, depth = 40, 50, 16
@@ -157,11 +163,24 @@ func pipelineEcho(addr string, client, rounds, depth int) error {
 	return nil
 }
 
+// TestPipelineBatched: a client's pipeline reaches Redis in a few writes,
+// not one round trip per command, even when Redis is slow to answer.
+func TestPipelineBatched(t *testing.T) {
+	fb := startFakeBackend(t, 0, 20*time.Millisecond)
+	addr := startTestProxy(t, fb.ln.Addr().String(), nil)
+	if err := pipelineEcho(addr, 0, 1, 300); err != nil {
+		t.Fatal(err)
+	}
+	if n := fb.bursts.Load(); n > 3 {
+		t.Errorf("300 pipelined commands reached the backend in %d bursts, want them batched", n)
+	}
+}
+
 // TestSharedConnFailure drops the upstream connection every 100 commands
 // while clients pipeline: every request gets its own reply or an error
 // reply, in order, nobody hangs, and the proxy redials.
 func TestSharedConnFailure(t *testing.T) {
-	fb := startFakeBackend(t, 100)
+	fb := startFakeBackend(t, 100, 0)
 	addr := startTestProxy(t, fb.ln.Addr().String(), nil)
 
 	const clients, rounds, depth = 8, 40, 8
