@@ -1,0 +1,34 @@
+// Package proxy is the client-facing side of hotkeyproxy: a RESP server
+// whose sessions relay every command to an upstream Redis and write the
+// replies back byte for byte, in request order.
+//
+// A Server runs one session goroutine per client. A session reads all the
+// commands a client has pipelined (resp.CommandReader), routes each by the
+// command table in commands.go, and sends the relayed ones upstream as one
+// batch. Replies are framed, never decoded (resp.ReadReply), so status,
+// bulk, nil and error replies reach the client as Redis sent them.
+//
+// Upstream connections come in two kinds:
+//
+//   - shared (upstream.go): a few per db, multiplexing many clients. The
+//     first session with a batch to send writes it, together with whatever
+//     other sessions queued meanwhile; one reader goroutine hands each batch
+//     its replies in FIFO order. Clients never see each other's state
+//     because nothing stateful is sent on them.
+//   - own: dialed for a client that needs connection state in Redis
+//     (MULTI, WATCH, blocking commands, pub/sub, MONITOR) and kept for the
+//     rest of its life, in its db and with its name. Pub/sub and MONITOR
+//     switch the session to a stream: a relay goroutine copies whatever
+//     Redis sends.
+//
+// What Redis keeps per connection but the proxy must keep per client on
+// shared connections (AUTH, HELLO, SELECT, CLIENT ID/SETNAME/GETNAME,
+// RESET, QUIT) is answered by the session with Redis 7.0's replies and
+// error texts. The proxy speaks RESP2 only: HELLO 3 gets NOPROTO, from which
+// clients fall back.
+//
+// Failures: a Redis error reply is relayed and the connection stays. A
+// transport failure retires the connection; every request in flight gets
+// "-ERR upstream unavailable: …", and the next request dials again, so the
+// proxy recovers by itself when Redis returns.
+package proxy
