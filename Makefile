@@ -8,11 +8,16 @@ FUZZTIME ?= 20s
 build:
 	$(GO) build -o hotkeyproxy .
 
+# What the tests run: redis-server, redis-cli, redis-benchmark (Debian
+# redis-server, redis-tools), /usr/bin/python3 with redis (python3-redis),
+# script (util-linux), node and npm for ioredis. Installing needs root.
 deps:
-	@command -v redis-server >/dev/null && command -v nutcracker >/dev/null && /usr/bin/python3 -c 'import redis' 2>/dev/null || { \
-		echo "installing redis-server, redis-tools, python3-redis, nutcracker (Debian)"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools python3-redis nutcracker >/dev/null; }
-	@[ ! -f e2e/clients/node/package-lock.json ] || [ -d e2e/clients/node/node_modules ] || npm ci --silent --prefix e2e/clients/node
+	@for c in redis-server redis-cli redis-benchmark script node npm; do command -v $$c >/dev/null || missing=1; done; \
+	/usr/bin/python3 -c 'import redis' 2>/dev/null || missing=1; \
+	[ -z "$$missing" ] || { echo "installing redis-server redis-tools python3-redis util-linux nodejs npm (Debian)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools python3-redis util-linux \
+		$$(command -v npm >/dev/null || echo nodejs npm) >/dev/null; }
+	@[ -d e2e/clients/node/node_modules ] || npm ci --silent --prefix e2e/clients/node
 
 test: deps
 	$(GO) vet ./...
@@ -22,5 +27,6 @@ test: deps
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzCommandReader -fuzztime 5m ./resp/
 
-bench: deps build
+bench: deps
+	@command -v nutcracker >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nutcracker >/dev/null; }
 	./bench/passthrough.sh

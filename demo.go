@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
 	"github.com/hotkeyproxy/hotkeyproxy/localredis"
@@ -44,20 +45,23 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "hotkeyproxy demo:", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, `hotkeyproxy demo
+	banner := func() {
+		p := port(cfg.Listen)
+		fmt.Fprintf(stdout, `hotkeyproxy demo
   upstream: %s on %s
   proxy:    %s
 
 Try, in another terminal:
-  redis-cli -p %s ping
-  redis-cli -p %s set stock:sku:1001 100
-  redis-cli -p %s decr stock:sku:1001
-  redis-cli -p %s get stock:sku:1001
-  redis-benchmark -p %s -q -t set,get -n 100000 -P 16
+  redis-cli -p %[4]s ping
+  redis-cli -p %[4]s set stock:sku:1001 100
+  redis-cli -p %[4]s decr stock:sku:1001
+  redis-cli -p %[4]s get stock:sku:1001
+  redis-benchmark -p %[4]s -q -t set,get -n 100000 -P 16
 
 Ctrl-C stops the proxy and the Redis it started.
-`, kind, rs.Addr(), cfg.Listen, port(cfg.Listen), port(cfg.Listen), port(cfg.Listen), port(cfg.Listen), port(cfg.Listen))
-	if err := serve(srv, cfg, log); err != nil {
+`, kind, rs.Addr(), cfg.Listen, p)
+	}
+	if err := serve(srv, cfg, log, banner); err != nil {
 		fmt.Fprintln(stderr, "hotkeyproxy demo:", err)
 		return 1
 	}
@@ -65,10 +69,9 @@ Ctrl-C stops the proxy and the Redis it started.
 }
 
 func port(addr string) string {
-	for i := len(addr) - 1; i >= 0; i-- {
-		if addr[i] == ':' {
-			return addr[i+1:]
-		}
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
 	}
-	return addr
+	return p
 }

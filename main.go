@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -33,12 +34,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	fs := flag.NewFlagSet("hotkeyproxy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `usage:
+  hotkeyproxy [flags]                    serve (defaults, or --config FILE)
+  hotkeyproxy --check-config FILE [flags]  validate FILE with the flags applied, then exit
+  hotkeyproxy demo [--listen addr]       a proxy in front of a Redis it starts itself
+flags:
+`)
+		fs.PrintDefaults()
+	}
 	path := fs.String("config", "", "config file (proxy.yaml); empty: built-in defaults")
 	check := fs.String("check-config", "", "validate this config file and exit")
 	listen := fs.String("listen", "", "client-facing address, overrides listen")
 	upstream := fs.String("upstream", "", "upstream host:port[,host:port…], overrides upstream.addrs")
 	mode := fs.String("upstream-mode", "", "standalone or cluster, overrides upstream.mode")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
 	}
 	if fs.NArg() > 0 {
@@ -46,12 +59,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if *check != "" {
-		if _, err := config.Load(*check); err != nil {
-			fmt.Fprintln(stderr, err)
-			return 1
-		}
-		fmt.Fprintf(stdout, "%s: ok\n", *check)
-		return 0
+		*path = *check
 	}
 	cfg, err := loadConfig(*path, *listen, *upstream, *mode)
 	if err != nil {
@@ -59,12 +67,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	log := newLogger(cfg.Log, stderr)
-	srv, err := proxy.New(cfg, log)
+	srv, err := proxy.New(cfg, log) // refuses what this version cannot serve
 	if err != nil {
-		log.Error("cannot start", "err", err)
+		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	if err := serve(srv, cfg, log); err != nil {
+	if *check != "" {
+		fmt.Fprintf(stdout, "%s: ok\n", *check)
+		return 0
+	}
+	if err := serve(srv, cfg, log, nil); err != nil {
 		log.Error("stopped", "err", err)
 		return 1
 	}
@@ -104,14 +116,21 @@ func newLogger(c config.Log, w io.Writer) *slog.Logger {
 }
 
 // serve runs srv until SIGINT or SIGTERM, then stops it gracefully within
-// shutdown_timeout.
-func serve(srv *proxy.Server, cfg *config.Config, log *slog.Logger) error {
+// shutdown_timeout. listening, if set, runs once the address is bound.
+func serve(srv *proxy.Server, cfg *config.Config, log *slog.Logger, listening func()) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return err
+	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe() }()
-	log.Info("hotkeyproxy listening", "listen", cfg.Listen,
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("hotkeyproxy listening", "listen", ln.Addr().String(),
 		"upstream_mode", cfg.Upstream.Mode, "upstream", strings.Join(cfg.Upstream.Addrs, ","))
+	if listening != nil {
+		listening()
+	}
 	select {
 	case err := <-errc:
 		return err

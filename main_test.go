@@ -34,6 +34,9 @@ func TestCheckConfig(t *testing.T) {
 		{"bad flag value is checked like a field", []string{"--upstream-mode", "sharded"}, 1, "upstream.mode"},
 		{"bad listen flag", []string{"--listen", "nonsense"}, 1, "listen"},
 		{"stray argument", []string{"serve"}, 2, `unexpected argument "serve"`},
+		{"check applies flags", []string{"--check-config", "proxy.yaml", "--upstream-mode", "sharded"}, 1, "upstream.mode"},
+		{"check refuses what this version cannot serve", []string{"--check-config", "proxy.yaml", "--upstream-mode", "cluster"}, 1, "not supported yet"},
+		{"help", []string{"--help"}, 0, "hotkeyproxy demo"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -127,13 +130,19 @@ func TestDemo(t *testing.T) {
 	bin := buildBinary(t)
 	listen := freeAddr(t)
 	cmd := exec.Command(bin, "demo", "--listen", listen)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	// A file, not a bytes.Buffer: the child writes while the test reads.
+	stdout, err := os.Create(filepath.Join(t.TempDir(), "stdout"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = stdout, &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	ping(t, listen)
-	out := stdout.String()
+	b, _ := os.ReadFile(stdout.Name())
+	out := string(b)
 	if !strings.Contains(out, "redis-cli -p "+listen[strings.LastIndex(listen, ":")+1:]) {
 		t.Errorf("demo does not say how to connect:\n%s", out)
 	}

@@ -315,3 +315,32 @@ func TestGracefulShutdown(t *testing.T) {
 		t.Error("still accepting after Shutdown")
 	}
 }
+
+// TestShutdownForcesBlockedClients: a client blocked for ever (BLPOP q 0)
+// does not hold up a stop past its deadline, and its BLPOP does not stay
+// behind in Redis.
+func TestShutdownForcesBlockedClients(t *testing.T) {
+	rs := localredis.StartT(t, localredis.Options{})
+	cfg := config.Default()
+	cfg.Listen, cfg.Metrics.Listen = "127.0.0.1:0", ""
+	cfg.Upstream.Addrs = []string{rs.Addr()}
+	srv := startProxy(t, cfg)
+	for _, cmd := range []string{"*3\r\n$5\r\nBLPOP\r\n$1\r\nq\r\n$1\r\n0\r\n", "XREAD BLOCK 0 STREAMS s $\r\n"} {
+		dialRaw(t, srv.Addr().String()).send([]byte(cmd))
+	}
+	direct := dialRaw(t, rs.Addr())
+	waitFor(t, func() bool { return strings.Contains(direct.do("INFO", "clients"), "blocked_clients:2") })
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- srv.Shutdown(ctx) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Shutdown: %v, want the deadline error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Shutdown still waiting 10s after its 300ms deadline")
+	}
+	waitFor(t, func() bool { return strings.Contains(direct.do("INFO", "clients"), "blocked_clients:0") })
+}

@@ -164,7 +164,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		err = ctx.Err()
 		s.mu.Lock()
 		for sess := range s.sessions {
-			sess.nc.Close()
+			sess.abort()
 		}
 		s.mu.Unlock()
 		s.pool.close()

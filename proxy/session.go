@@ -66,6 +66,10 @@ type session struct {
 	// DISCARD since), so Redis queues what the proxy would answer itself.
 	inMulti bool
 
+	// ownNC is own's connection for abort, which runs on another goroutine.
+	ownMu sync.Mutex
+	ownNC net.Conn
+
 	// Stream mode (pub/sub, MONITOR): every command goes to own as it comes,
 	// and relay copies whatever Redis sends to the client.
 	streaming bool
@@ -125,6 +129,28 @@ func (s *session) serve() {
 		if !s.write() || s.quit {
 			return
 		}
+	}
+}
+
+func (s *session) setOwn(own *ownConn) {
+	s.own = own
+	s.ownMu.Lock()
+	defer s.ownMu.Unlock()
+	s.ownNC = nil
+	if own != nil {
+		s.ownNC = own.nc
+	}
+}
+
+// abort disconnects the client and its own upstream connection from
+// another goroutine: a blocking command in flight fails at once, and Redis
+// drops it rather than serve it to nobody.
+func (s *session) abort() {
+	s.nc.Close()
+	s.ownMu.Lock()
+	defer s.ownMu.Unlock()
+	if s.ownNC != nil {
+		s.ownNC.Close()
 	}
 }
 
@@ -383,7 +409,7 @@ func (s *session) pin() bool {
 		s.out = resp.AppendError(s.out, errorText(err))
 		return false
 	}
-	s.own = &ownConn{nc: nc, br: br}
+	s.setOwn(&ownConn{nc: nc, br: br})
 	return true
 }
 
@@ -481,7 +507,7 @@ func (s *session) local(cmd *resp.Command, name string) {
 		s.flush()
 		if s.own != nil {
 			s.own.nc.Close()
-			s.own = nil
+			s.setOwn(nil)
 		}
 		s.resetState()
 		s.reply([]byte("+RESET\r\n"))
@@ -621,7 +647,7 @@ func (s *session) hello(args [][]byte) {
 		return
 	}
 	mark := len(s.out)
-	s.b.req = append(s.b.req, "*1\r\n$5\r\nHELLO\r\n"...)
+	s.b.req = append(s.b.req, "*2\r\n$5\r\nHELLO\r\n$1\r\n2\r\n"...)
 	s.b.n++
 	s.flush()
 	s.out = append(s.out[:mark], patchHelloID(s.out[mark:], s.id)...)
