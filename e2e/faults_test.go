@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync"
@@ -343,4 +344,38 @@ func TestShutdownForcesBlockedClients(t *testing.T) {
 		t.Fatal("Shutdown still waiting 10s after its 300ms deadline")
 	}
 	waitFor(t, func() bool { return strings.Contains(direct.do("INFO", "clients"), "blocked_clients:0") })
+}
+
+// TestPipelineWrittenBeforeReading: a client that writes a whole pipeline
+// before reading any reply (redis-py's execute) is served as Redis serves
+// it, however much the replies outgrow the socket buffers.
+func TestPipelineWrittenBeforeReading(t *testing.T) {
+	e := startEnv(t, nil)
+	c := dialRaw(t, e.ProxyAddr())
+	value := strings.Repeat("v", 100)
+	c.do("SET", "k", value)
+	const n = 200000
+	req := []byte(strings.Repeat("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n", n))
+	written := make(chan error, 1)
+	go func() {
+		c.nc.SetWriteDeadline(time.Now().Add(60 * time.Second))
+		_, err := c.nc.Write(req)
+		written <- err
+	}()
+	select {
+	case err := <-written:
+		if err != nil {
+			t.Fatalf("writing the pipeline: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the proxy stopped reading the pipeline while its replies waited")
+	}
+	reply := "$100\r\n" + value + "\r\n"
+	c.nc.SetReadDeadline(time.Now().Add(30 * time.Second))
+	buf := make([]byte, len(reply))
+	for i := range n {
+		if _, err := io.ReadFull(c.br, buf); err != nil || string(buf) != reply {
+			t.Fatalf("reply %d: %q, %v", i, buf, err)
+		}
+	}
 }

@@ -57,7 +57,8 @@ type session struct {
 	name   []byte
 	authed bool
 
-	out    []byte      // replies not yet written to the client
+	out    []byte // replies not yet written to the client
+	w      *clientWriter
 	b      batch       // requests not yet sent upstream
 	shared *sharedConn // the shared connection for db, cached
 	own    *ownConn    // the client's own connection, once it needed one
@@ -88,6 +89,7 @@ func newSession(srv *Server, nc net.Conn, id uint64) *session {
 		authed: srv.cfg.Password == "",
 	}
 	s.rd.SetAuthRequired(!s.authed)
+	s.w = newClientWriter(nc, int(srv.cfg.Limits.QueryBuffer))
 	s.b.doneCh = make(chan struct{}, 1)
 	return s
 }
@@ -155,6 +157,9 @@ func (s *session) abort() {
 }
 
 func (s *session) close() {
+	if !s.streaming {
+		s.w.wait() // replies queued for a slow reader, QUIT's +OK among them
+	}
 	s.nc.Close() // first: a relay blocked writing to a slow client returns
 	if s.own != nil {
 		s.own.nc.Close()
@@ -177,11 +182,17 @@ func (s *session) write() bool {
 	if len(s.out) == 0 {
 		return true
 	}
+	var err error
 	if s.streaming {
 		s.wmu.Lock()
-		defer s.wmu.Unlock()
+		_, err = s.nc.Write(s.out)
+		s.wmu.Unlock()
+	} else {
+		var kept bool
+		if kept, err = s.w.write(s.out); kept {
+			s.out = nil // the background writer owns it now
+		}
 	}
-	_, err := s.nc.Write(s.out)
 	if cap(s.out) > 4*maxPendingOut {
 		s.out = nil // a big reply once should not pin memory for good
 	} else {
@@ -417,7 +428,7 @@ func (s *session) pin() bool {
 // then relay owns the way from Redis to the client.
 func (s *session) startStream() {
 	s.flush()
-	if !s.write() {
+	if !s.write() || s.w.wait() != nil {
 		s.quit = true
 	}
 	s.streaming = true

@@ -1,0 +1,147 @@
+package proxy
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"syscall"
+)
+
+// errOutputLimit closes a client that lets more replies pile up unread than
+// its limit allows (Redis's client-output-buffer-limit does the same).
+var errOutputLimit = errors.New("proxy: client output buffer limit reached")
+
+// clientWriter writes replies to a client without making the session wait
+// while the client is still sending. Redis reads and writes a client at the
+// same time; a client that writes a whole pipeline before reading any reply
+// (redis-py's execute, go-redis's Exec) would otherwise block on its write
+// while the proxy blocks on its own. Replies go straight to the socket while
+// it takes them; the rest goes to a goroutine that writes it in order in the
+// background, and later replies queue behind it until it is done.
+type clientWriter struct {
+	nc    net.Conn
+	raw   syscall.RawConn // nil when nc is not a socket: then writes block
+	limit int             // most bytes queued for the background writer
+
+	mu      sync.Mutex
+	queue   [][]byte
+	queued  int
+	running chan struct{} // non-nil while the background writer runs; closed when it ends
+	err     error         // sticky
+}
+
+func newClientWriter(nc net.Conn, limit int) *clientWriter {
+	w := &clientWriter{nc: nc, limit: limit}
+	if sc, ok := nc.(syscall.Conn); ok {
+		w.raw, _ = sc.SyscallConn()
+	}
+	return w
+}
+
+// write sends p, or queues it and reports kept: the caller must then not
+// reuse p.
+func (w *clientWriter) write(p []byte) (kept bool, err error) {
+	w.mu.Lock()
+	if w.err != nil || w.running != nil {
+		defer w.mu.Unlock()
+		return w.enqueue(p), w.err
+	}
+	w.mu.Unlock()
+	n, err := w.tryWrite(p)
+	if err != nil {
+		w.mu.Lock()
+		w.err = err
+		w.mu.Unlock()
+		return false, err
+	}
+	if n == len(p) {
+		return false, nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.running = make(chan struct{})
+	kept = w.enqueue(p[n:])
+	go w.drain(w.running)
+	return kept, w.err
+}
+
+// enqueue adds p for the background writer; w.mu is held.
+func (w *clientWriter) enqueue(p []byte) bool {
+	if w.err != nil {
+		return false
+	}
+	w.queue = append(w.queue, p)
+	w.queued += len(p)
+	if w.queued > w.limit {
+		w.err = errOutputLimit
+	}
+	return true
+}
+
+// tryWrite writes what the socket takes now, without waiting.
+func (w *clientWriter) tryWrite(p []byte) (int, error) {
+	if w.raw == nil {
+		return w.nc.Write(p)
+	}
+	n := 0
+	var werr error
+	err := w.raw.Write(func(fd uintptr) bool {
+		for n < len(p) {
+			m, err := syscall.Write(int(fd), p[n:])
+			if m > 0 {
+				n += m
+			}
+			if err == syscall.EINTR {
+				continue
+			}
+			if err != nil {
+				if err != syscall.EAGAIN {
+					werr = err
+				}
+				break
+			}
+		}
+		return true // never wait: what is left goes to the background
+	})
+	if werr != nil {
+		err = werr
+	}
+	return n, err
+}
+
+func (w *clientWriter) drain(done chan struct{}) {
+	defer close(done)
+	for {
+		w.mu.Lock()
+		q := w.queue
+		w.queue, w.queued = nil, 0
+		if len(q) == 0 || w.err != nil {
+			w.running = nil
+			w.mu.Unlock()
+			return
+		}
+		w.mu.Unlock()
+		for _, b := range q {
+			if _, err := w.nc.Write(b); err != nil {
+				w.mu.Lock()
+				w.err = err
+				w.mu.Unlock()
+				break
+			}
+		}
+	}
+}
+
+// wait returns once everything written so far has reached the socket, or
+// the client failed.
+func (w *clientWriter) wait() error {
+	w.mu.Lock()
+	done := w.running
+	w.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
