@@ -201,7 +201,7 @@ func TestPasswords(t *testing.T) {
 		{"GET k", "-NOAUTH Authentication required.\r\n"},
 		{"AUTH wrong", "-WRONGPASS invalid username-password pair or user is disabled.\r\n"},
 		{"AUTH someone proxy-secret", "-WRONGPASS invalid username-password pair or user is disabled.\r\n"},
-		{"HELLO 2", "-NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time\r\n"},
+		{"HELLO 2", "-NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time\r\n"},
 		{"AUTH upstream-secret", "-WRONGPASS invalid username-password pair or user is disabled.\r\n"},
 		{"AUTH proxy-secret", "+OK\r\n"},
 		{"SET k v", "+OK\r\n"},
@@ -378,4 +378,81 @@ func TestPipelineWrittenBeforeReading(t *testing.T) {
 			t.Fatalf("reply %d: %q, %v", i, buf, err)
 		}
 	}
+}
+
+// TestAttackRegressions pins bugs found by attacking the proxy.
+func TestAttackRegressions(t *testing.T) {
+	t.Run("AUTH pipelined with a command over the unauthenticated limits", func(t *testing.T) {
+		e := startEnv(t, func(c *config.Config) { c.Password = "pw" })
+		c := dialRaw(t, e.ProxyAddr())
+		big := strings.Repeat("x", 20000)
+		c.send([]byte("AUTH pw\r\n*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$20000\r\n" + big + "\r\n"))
+		if got := c.readReplies(2); got != "+OK\r\n+OK\r\n" {
+			t.Errorf("got %q", got)
+		}
+	})
+	t.Run("Redis closing idle shared connections costs no request", func(t *testing.T) {
+		e := startEnv(t, nil)
+		dialRaw(t, e.Redis.Addr()).do("CONFIG", "SET", "timeout", "1")
+		c := dialRaw(t, e.ProxyAddr())
+		c.do("INCR", "n")
+		direct := dialRaw(t, e.Redis.Addr())
+		// Redis drops idle connections after 1 s; ours among them.
+		waitFor(t, func() bool { return strings.Contains(direct.do("INFO", "clients"), "connected_clients:1\r\n") })
+		time.Sleep(100 * time.Millisecond) // let the proxy notice
+		if got := c.do("INCR", "n"); got != ":2\r\n" {
+			t.Errorf("INCR after Redis closed the idle connection: %q", got)
+		}
+	})
+	t.Run("XREADGROUP BLOCK with a group named streams", func(t *testing.T) {
+		e := startEnv(t, func(c *config.Config) { c.Upstream.ConnsPerNode = 1 })
+		c := dialRaw(t, e.ProxyAddr())
+		c.do("XGROUP", "CREATE", "s", "streams", "$", "MKSTREAM")
+		c.send([]byte("XREADGROUP GROUP streams c1 BLOCK 0 STREAMS s >\r\n"))
+		direct := dialRaw(t, e.Redis.Addr())
+		waitFor(t, func() bool { return strings.Contains(direct.do("INFO", "clients"), "blocked_clients:1") })
+		if got := dialRaw(t, e.ProxyAddr()).do("PING"); got != "+PONG\r\n" {
+			t.Errorf("another client behind the blocked XREADGROUP: %q", got)
+		}
+		c.nc.Close()
+		waitFor(t, func() bool { return strings.Contains(direct.do("INFO", "clients"), "blocked_clients:0") })
+	})
+	t.Run("idle_timeout spares a blocked client and still cancels its BLPOP", func(t *testing.T) {
+		e := startEnv(t, func(c *config.Config) { c.Limits.IdleTimeout = config.Duration(200 * time.Millisecond) })
+		c := dialRaw(t, e.ProxyAddr())
+		c.send([]byte("BLPOP iq 0\r\n"))
+		direct := dialRaw(t, e.Redis.Addr())
+		waitFor(t, func() bool { return strings.Contains(direct.do("INFO", "clients"), "blocked_clients:1") })
+		time.Sleep(400 * time.Millisecond) // past idle_timeout
+		c.nc.Close()
+		waitFor(t, func() bool { return strings.Contains(direct.do("INFO", "clients"), "blocked_clients:0") })
+		direct.do("RPUSH", "iq", "precious")
+		if got := direct.do("LLEN", "iq"); got != ":1\r\n" {
+			t.Errorf("LLEN after the client left: %q", got)
+		}
+	})
+	t.Run("upstream password hidden inside MULTI", func(t *testing.T) {
+		rs := localredis.StartT(t, localredis.Options{Password: "up"})
+		cfg := config.Default()
+		cfg.Listen, cfg.Metrics.Listen = "127.0.0.1:0", ""
+		cfg.Upstream.Addrs, cfg.Upstream.Password = []string{rs.Addr()}, "up"
+		c := dialRaw(t, startProxy(t, cfg).Addr().String())
+		c.send([]byte("MULTI\r\nCONFIG GET requirepass\r\nEXEC\r\n"))
+		if got := c.readReplies(3); strings.Contains(got, "$2\r\nup\r\n") {
+			t.Errorf("leaked: %q", got)
+		}
+	})
+	t.Run("SCRIPT KILL reaches Redis while a script is busy", func(t *testing.T) {
+		e := startEnv(t, func(c *config.Config) { c.Upstream.ConnsPerNode = 1 })
+		busy := dialRaw(t, e.ProxyAddr())
+		busy.send([]byte("EVAL \"while true do end\" 0\r\n"))
+		direct := dialRaw(t, e.Redis.Addr())
+		waitFor(t, func() bool { return strings.HasPrefix(direct.do("PING"), "-BUSY") })
+		if got := dialRaw(t, e.ProxyAddr()).do("SCRIPT", "KILL"); got != "+OK\r\n" {
+			t.Errorf("SCRIPT KILL: %q", got)
+		}
+		if got := busy.readReplies(1); !strings.HasPrefix(got, "-ERR Script killed by user") {
+			t.Errorf("killed script's reply: %q", got)
+		}
+	})
 }

@@ -34,6 +34,11 @@ var routes = map[string]route{
 	"punsubscribe": routeStream, "sunsubscribe": routeStream,
 	"monitor": routeStream,
 
+	// SHUTDOWN, like SCRIPT KILL and FUNCTION KILL below, must reach Redis
+	// while a script keeps it busy: not behind that script on a shared
+	// connection.
+	"shutdown": routeOwn,
+
 	// Replication streams are not request/reply.
 	"sync": routeRefuse, "psync": routeRefuse,
 }
@@ -84,18 +89,26 @@ func classify(args [][]byte, buf *[24]byte) (route, []byte) {
 		}
 	case r == routeRefuse, string(name) == "script" && len(args) > 1 && bytes.EqualFold(args[1], []byte("debug")):
 		return routeRefuse, name
+	case (string(name) == "script" || string(name) == "function") && len(args) > 1 && bytes.EqualFold(args[1], []byte("kill")):
+		return routeOwn, name
 	}
 	return r, name
 }
 
-// hasBlockOption reports whether XREAD/XREADGROUP has BLOCK before STREAMS.
+// hasBlockOption reports whether XREAD/XREADGROUP has a BLOCK option:
+// options come before STREAMS, and XREADGROUP's GROUP takes two values that
+// may be any word, "block" and "streams" included.
 func hasBlockOption(args [][]byte) bool {
-	for _, a := range args[1:] {
-		switch {
+	for i := 1; i < len(args); i++ {
+		switch a := args[i]; {
 		case bytes.EqualFold(a, []byte("block")):
 			return true
 		case bytes.EqualFold(a, []byte("streams")):
 			return false
+		case bytes.EqualFold(a, []byte("group")):
+			i += 2
+		case bytes.EqualFold(a, []byte("count")):
+			i++
 		}
 	}
 	return false

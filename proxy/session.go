@@ -25,8 +25,11 @@ const (
 	msgBadName     = "ERR Client names cannot contain spaces, newlines or special characters."
 	msgNoProto     = "NOPROTO unsupported protocol version"
 	msgBadProtover = "ERR Protocol version is not an integer or out of range"
-	msgHelloNoAuth = "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"
+	msgHelloNoAuth = "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"
 	msgMaxClients  = "ERR max number of clients reached"
+	// The reply can only be masked when it is not inside EXEC's array or a
+	// stream: there it is refused, so the upstream password stays hidden.
+	msgConfigHidden = "ERR CONFIG GET is not supported by hotkeyproxy inside MULTI or after SUBSCRIBE when it has an upstream password"
 )
 
 // Flush thresholds: a long pipeline is sent upstream, and its replies
@@ -203,7 +206,7 @@ func (s *session) write() bool {
 
 func (s *session) handle(cmd *resp.Command) {
 	r, name := classify(cmd.Args, &s.nameBuf)
-	if !s.authed && !(r == routeLocal && (string(name) == "auth" || string(name) == "hello" || string(name) == "quit")) {
+	if !s.authed && !(r == routeLocal && (string(name) == "auth" || string(name) == "hello" || string(name) == "quit" || string(name) == "reset")) {
 		s.replyError(msgNoAuth)
 		return
 	}
@@ -375,6 +378,12 @@ func (s *session) watchClient() (stop func()) {
 	var data []byte
 	own := s.own.nc
 	limit := int(s.srv.cfg.Limits.QueryBuffer)
+	if !s.srv.closing.Load() {
+		// Redis's timeout spares blocked clients; a deadline would also
+		// end the watch early and leave the command behind if the client
+		// then left. (Shutdown's deadline is kept: its stop aborts us.)
+		s.nc.SetReadDeadline(time.Time{})
+	}
 	go func() {
 		defer close(done)
 		buf := make([]byte, 4096)
@@ -485,6 +494,12 @@ func (s *session) upstreamOwns(name string) bool {
 // stopped here, since the relay speaks RESP2.
 func (s *session) handleStreaming(cmd *resp.Command, name []byte) {
 	switch string(name) {
+	case "config":
+		if s.srv.cfg.Upstream.Password != "" {
+			s.replyError(msgConfigHidden)
+			s.write()
+			return
+		}
 	case "hello":
 		if msg := helloVersionError(cmd.Args); msg != "" {
 			s.replyError(msg)
@@ -525,6 +540,10 @@ func (s *session) local(cmd *resp.Command, name string) {
 	case "client":
 		s.client(args)
 	case "config":
+		if s.inMulti {
+			s.replyError(msgConfigHidden)
+			return
+		}
 		s.flush()
 		mark := len(s.out)
 		s.forward(cmd)

@@ -115,7 +115,6 @@ type sharedConn struct {
 	nc   net.Conn
 	br   *bufio.Reader
 	wake chan struct{} // cap 1: writeLoop has pending batches to send
-	more chan struct{} // cap 1: inflight is not empty
 	quit chan struct{} // closed when the connection fails
 
 	mu       sync.Mutex
@@ -134,7 +133,6 @@ func newSharedConn(nc net.Conn, br *bufio.Reader) *sharedConn {
 	c := &sharedConn{
 		nc: nc, br: br,
 		wake: make(chan struct{}, 1),
-		more: make(chan struct{}, 1),
 		quit: make(chan struct{}),
 	}
 	go c.writeLoop()
@@ -180,7 +178,6 @@ func (c *sharedConn) writePending() bool {
 	c.wbatches, c.pending = c.pending, c.wbatches[:0]
 	c.inflight = append(c.inflight, c.wbatches...)
 	c.mu.Unlock()
-	signal(c.more)
 	c.wbufs = c.wbufs[:0]
 	for _, b := range c.wbatches {
 		c.wbufs = append(c.wbufs, b.req)
@@ -255,47 +252,50 @@ func (c *sharedConn) writeLoop() {
 	}
 }
 
+// readLoop hands replies to batches in FIFO order. It waits for data even
+// with nothing in flight, so a connection Redis closes while idle (its
+// timeout, CLIENT KILL) is retired before a client's batch is sent on it.
 func (c *sharedConn) readLoop() {
 	for {
-		c.mu.Lock()
-		for len(c.inflight) == 0 && c.err == nil {
-			c.mu.Unlock()
-			select {
-			case <-c.more:
-			case <-c.quit:
-			}
+		_, err := c.br.Peek(1)
+		var b *batch
+		if err == nil {
 			c.mu.Lock()
-		}
-		if c.err != nil {
-			inflight := c.inflight
-			c.inflight = nil
-			err := c.err
+			if len(c.inflight) > 0 {
+				b = c.inflight[0] // written before Redis could answer it
+			} else {
+				err = fmt.Errorf("%w: a reply nobody asked for", resp.ErrBadReply)
+			}
 			c.mu.Unlock()
-			for _, b := range inflight {
-				b.err = err
-				b.doneCh <- struct{}{}
-			}
-			return
 		}
-		b := c.inflight[0]
-		c.mu.Unlock()
-
-		var err error
-		for b.done < b.n {
-			if b.out, err = resp.ReadReply(c.br, b.out); err != nil {
-				break
+		for err == nil && b.done < b.n {
+			if b.out, err = resp.ReadReply(c.br, b.out); err == nil {
+				b.done++
+				b.okLen = len(b.out)
 			}
-			b.done++
-			b.okLen = len(b.out)
 		}
 		if err != nil {
 			c.fail(fmt.Errorf("proxy: reading from upstream: %w", err))
-			continue // the next pass fails b with the rest
+			c.failInflight()
+			return
 		}
 		c.mu.Lock()
 		c.inflight[0] = nil
 		c.inflight = c.inflight[1:]
 		c.mu.Unlock()
+		b.doneCh <- struct{}{}
+	}
+}
+
+// failInflight fails the written batches once readLoop no longer touches
+// them; fail has set c.err, so no more are added.
+func (c *sharedConn) failInflight() {
+	c.mu.Lock()
+	inflight, err := c.inflight, c.err
+	c.inflight = nil
+	c.mu.Unlock()
+	for _, b := range inflight {
+		b.err = err
 		b.doneCh <- struct{}{}
 	}
 }

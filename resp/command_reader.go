@@ -108,6 +108,7 @@ func (r *CommandReader) ReadCommands() ([]Command, error) {
 	if r.err != nil {
 		return nil, r.err
 	}
+	clear(r.cmds) // drop references into an old buffer
 	r.cmds = r.cmds[:0]
 	for {
 		err := r.parse()
@@ -118,6 +119,9 @@ func (r *CommandReader) ReadCommands() ([]Command, error) {
 		if r.end-r.start > r.maxQuery {
 			r.err = ErrQueryBufferExceeded
 			return nil, r.err
+		}
+		if r.start == r.end && len(r.buf) > maxReadSize {
+			r.buf, r.start, r.end = nil, 0, 0 // idle: give a grown buffer back
 		}
 		r.compact(r.readSize())
 		n, err := r.rd.Read(r.buf[r.end:])
@@ -169,6 +173,11 @@ func (r *CommandReader) compact(n int) {
 // parse appends the complete commands in the buffer to r.cmds.
 func (r *CommandReader) parse() error {
 	for r.start < r.end {
+		if r.authRequired && len(r.cmds) > 0 {
+			// One at a time until the client has authenticated: an AUTH
+			// pipelined with bigger commands lifts the limits for them.
+			return nil
+		}
 		var ok bool
 		var err error
 		if r.partial.active || r.buf[r.start] == '*' {
