@@ -714,6 +714,7 @@ func corpusCases() []corpusCase {
 		tc("pubsub/select-client-refused", raw(corpusCmd("SUBSCRIBE", "a"), 1), raw(corpusCmd("SELECT", "1")+corpusCmd("CLIENT", "SETNAME", "x")+corpusCmd("CLIENT", "ID"), 3)),
 		tc("pubsub/auth-refused", raw(corpusCmd("SUBSCRIBE", "a"), 1), raw(corpusCmd("AUTH", "x"), 1)),
 		tc("pubsub/hello-refused", raw(corpusCmd("SUBSCRIBE", "a"), 1), raw(corpusCmd("HELLO", "2"), 1)),
+		tc("pubsub/hello3-refused-in-order", raw(corpusCmd("SUBSCRIBE", "a")+corpusCmd("PING")+corpusCmd("HELLO", "3")+corpusCmd("PING"), 4)),
 		tc("pubsub/reset-leaves",
 			raw(corpusCmd("SUBSCRIBE", "a"), 1),
 			raw(corpusCmd("RESET"), 1),

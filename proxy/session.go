@@ -501,10 +501,12 @@ func (s *session) handleStreaming(cmd *resp.Command, name []byte) {
 			return
 		}
 	case "hello":
-		if msg := helloVersionError(cmd.Args); msg != "" {
-			s.replyError(msg)
-			s.write()
-			return
+		if len(cmd.Args) > 1 && string(cmd.Args[1]) == "3" {
+			// Redis must not switch this connection to RESP3. Version 4
+			// gets the answer the proxy gives HELLO 3 (NOPROTO), or while
+			// subscribed Redis's own refusal, in order with the rest.
+			args := append([][]byte{cmd.Args[0], []byte("4")}, cmd.Args[2:]...)
+			cmd = &resp.Command{Args: args}
 		}
 	case "reset":
 		s.resetState()
