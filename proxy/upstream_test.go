@@ -132,14 +132,23 @@ func TestSharedConnOrder(t *testing.T) {
 	}
 }
 
-func pipelineEcho(addr string, client, rounds, depth int) error {
+// dialClient connects a test client whose every read and write must be
+// done within limit.
+func dialClient(addr string, limit time.Duration) (net.Conn, *bufio.Reader, error) {
 	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	nc.SetDeadline(time.Now().Add(limit))
+	return nc, bufio.NewReader(nc), nil
+}
+
+func pipelineEcho(addr string, client, rounds, depth int) error {
+	nc, br, err := dialClient(addr, 30*time.Second)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	nc.SetDeadline(time.Now().Add(30 * time.Second))
-	br := bufio.NewReader(nc)
 	for r := range rounds {
 		var req, want []byte
 		for i := range depth {
@@ -190,14 +199,12 @@ func TestSharedConnFailure(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			nc, err := net.Dial("tcp", addr)
+			nc, br, err := dialClient(addr, 30*time.Second)
 			if err != nil {
 				t.Error(err)
 				return
 			}
 			defer nc.Close()
-			nc.SetDeadline(time.Now().Add(30 * time.Second))
-			br := bufio.NewReader(nc)
 			for r := range rounds {
 				var req []byte
 				for i := range depth {
@@ -270,15 +277,14 @@ func TestDialFailureShared(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			nc, err := net.Dial("tcp", addr)
+			nc, br, err := dialClient(addr, 10*time.Second)
 			if err != nil {
 				t.Error(err)
 				return
 			}
 			defer nc.Close()
-			nc.SetDeadline(time.Now().Add(10 * time.Second))
 			nc.Write([]byte("PING\r\n"))
-			reply, err := resp.ReadReply(bufio.NewReader(nc), nil)
+			reply, err := resp.ReadReply(br, nil)
 			if err != nil || !strings.HasPrefix(string(reply), "-ERR upstream unavailable") {
 				t.Errorf("reply %q, %v", reply, err)
 			}
