@@ -456,3 +456,28 @@ func TestAttackRegressions(t *testing.T) {
 		}
 	})
 }
+
+// TestSelectOutOfRangeDialsOnce: refused SELECTs are answered without
+// opening a connection to Redis each time.
+func TestSelectOutOfRangeDialsOnce(t *testing.T) {
+	e := startEnv(t, nil)
+	c := dialRaw(t, e.ProxyAddr())
+	direct := dialRaw(t, e.Redis.Addr())
+	before := direct.do("INFO", "stats")
+	for i := range 200 {
+		if got := c.do("SELECT", fmt.Sprint(100+i)); got != "-ERR DB index is out of range\r\n" {
+			t.Fatalf("SELECT %d: %q", 100+i, got)
+		}
+	}
+	if got := c.do("SELECT", "3"); got != "+OK\r\n" {
+		t.Errorf("SELECT 3 afterwards: %q", got)
+	}
+	conns := func(info string) int {
+		var n int
+		fmt.Sscanf(info[strings.Index(info, "total_connections_received:"):], "total_connections_received:%d", &n)
+		return n
+	}
+	if n := conns(direct.do("INFO", "stats")) - conns(before); n > 3 {
+		t.Errorf("200 refused SELECTs opened %d connections to Redis", n)
+	}
+}

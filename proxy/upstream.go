@@ -309,6 +309,11 @@ type pool struct {
 	mu     sync.Mutex
 	conns  map[int][]*sharedSlot // by db
 	closed bool
+	// Redis refused SELECT of dbs from noDB on (it has fewer); SELECTs
+	// past it are refused without dialing, so a client cannot make us
+	// open a connection per attempt. 0 while none was refused.
+	noDB    int
+	noDBErr RedisError
 }
 
 // sharedSlot is one place in the pool; its own lock serialises redials, so
@@ -331,6 +336,10 @@ func (p *pool) get(db int, id uint64) (*sharedConn, error) {
 	if p.closed {
 		p.mu.Unlock()
 		return nil, ErrUpstreamClosed
+	}
+	if p.noDB > 0 && db >= p.noDB {
+		p.mu.Unlock()
+		return nil, p.noDBErr
 	}
 	slots := p.conns[db]
 	if slots == nil {
@@ -355,6 +364,15 @@ func (p *pool) get(db int, id uint64) (*sharedConn, error) {
 		return nil, s.dialErr
 	}
 	nc, br, err := p.dial(db)
+	var refused RedisError
+	if errors.As(err, &refused) && strings.HasPrefix(string(refused), "ERR DB index is out of range") {
+		p.mu.Lock()
+		if p.noDB == 0 || db < p.noDB {
+			p.noDB, p.noDBErr = db, refused
+		}
+		delete(p.conns, db)
+		p.mu.Unlock()
+	}
 	if err != nil {
 		s.dialErr, s.failed = err, time.Now()
 		return nil, err
