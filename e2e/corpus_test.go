@@ -854,6 +854,7 @@ func corpusCases() []corpusCase {
 		protoErr("minus-zero-bulk", "*1\r\n$-0\r\n"),
 		protoErr("too-big-bulk-count-line", "*1\r\n$"+strings.Repeat("1", 70000)),
 		protoErr("space-in-count", "* 1\r\n$4\r\nPING\r\n"),
+		tc("protoerr/after-subscribe-keeps-replies", raw("*2\r\n$9\r\nSUBSCRIBE\r\n$1\r\na\r\nPING\r\nPING\r\n*x\r\n", corpusUntilClose)),
 		tc("protoerr/negative-count-ignored", raw("*-5\r\n*0\r\nPING\r\n", 1)),
 		tc("protoerr/empty-command-name", raw("*1\r\n$0\r\n\r\n", 1), raw("PING\r\n", 1)),
 		tc("protoerr/no-dollar-waits", on(1, cmds("SET other 1")...), silent("*1\r\nx"), raw("\r\n", corpusUntilClose), on(1, cmds("GET other")...)),

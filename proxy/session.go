@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hotkeyproxy/hotkeyproxy/resp"
@@ -79,6 +80,7 @@ type session struct {
 	streaming bool
 	wmu       sync.Mutex // guards writes to nc while streaming
 	relayDone chan struct{}
+	draining  atomic.Bool // relay must leave the client open when Redis closes
 
 	nameBuf [24]byte
 }
@@ -130,6 +132,7 @@ func (s *session) serve() {
 				return
 			}
 			s.quit = true
+			s.drainStream()
 		}
 		if !s.write() || s.quit {
 			return
@@ -467,9 +470,24 @@ func (s *session) relay(own *ownConn) {
 		if err != nil {
 			// Redis closed (QUIT) or failed: the client's subscriptions
 			// are gone, so is the client's connection.
-			s.nc.Close()
+			if !s.draining.Load() {
+				s.nc.Close()
+			}
 			return
 		}
+	}
+}
+
+// drainStream lets Redis answer, and relay pass on, everything sent before
+// the session ends with an error of its own, which must come last: it
+// half-closes the upstream connection, so Redis replies, then closes.
+func (s *session) drainStream() {
+	if !s.streaming {
+		return
+	}
+	s.draining.Store(true)
+	if tc, ok := s.own.nc.(*net.TCPConn); ok && tc.CloseWrite() == nil {
+		<-s.relayDone
 	}
 }
 
