@@ -391,6 +391,15 @@ func TestAttackRegressions(t *testing.T) {
 			t.Errorf("got %q", got)
 		}
 	})
+	t.Run("RESET while subscribed, then AUTH again", func(t *testing.T) {
+		e := startEnv(t, func(c *config.Config) { c.Password = "pw" })
+		c := dialRaw(t, e.ProxyAddr())
+		c.send([]byte("AUTH pw\r\nSUBSCRIBE a\r\nRESET\r\nGET k\r\nAUTH pw\r\nPING\r\n"))
+		want := "+OK\r\n*3\r\n$9\r\nsubscribe\r\n$1\r\na\r\n:1\r\n+RESET\r\n-NOAUTH Authentication required.\r\n+OK\r\n+PONG\r\n"
+		if got := c.readReplies(6); got != want {
+			t.Errorf("got %q, want %q", got, want)
+		}
+	})
 	t.Run("Redis closing idle shared connections costs no request", func(t *testing.T) {
 		e := startEnv(t, nil)
 		dialRaw(t, e.Redis.Addr()).do("CONFIG", "SET", "timeout", "1")

@@ -81,6 +81,7 @@ type session struct {
 	wmu       sync.Mutex // guards writes to nc while streaming
 	relayDone chan struct{}
 	draining  atomic.Bool // relay must leave the client open when Redis closes
+	resetting atomic.Bool // relay stops after passing on +RESET
 
 	nameBuf [24]byte
 }
@@ -453,8 +454,15 @@ func (s *session) relay(own *ownConn) {
 	defer close(s.relayDone)
 	var buf []byte
 	for {
+		start := len(buf)
 		var err error
 		buf, err = resp.ReadReply(own.br, buf)
+		if err == nil && s.resetting.Load() && string(buf[start:]) == "+RESET\r\n" {
+			s.wmu.Lock()
+			s.nc.Write(buf)
+			s.wmu.Unlock()
+			return
+		}
 		if err == nil && own.br.Buffered() > 0 && len(buf) < maxPendingOut {
 			continue // more frames are here already: write them together
 		}
@@ -527,7 +535,16 @@ func (s *session) handleStreaming(cmd *resp.Command, name []byte) {
 			cmd = &resp.Command{Args: args}
 		}
 	case "reset":
+		// RESET ends the stream: relay stops after Redis's +RESET, and
+		// the client is back to request and reply on its own connection.
+		s.resetting.Store(true)
+		s.forward(cmd)
+		s.flush()
+		<-s.relayDone
+		s.streaming, s.relayDone = false, nil
+		s.resetting.Store(false)
 		s.resetState()
+		return
 	}
 	s.forward(cmd)
 }
