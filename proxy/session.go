@@ -210,7 +210,7 @@ func (s *session) write() bool {
 
 func (s *session) handle(cmd *resp.Command) {
 	r, name := classify(cmd.Args, &s.nameBuf)
-	if !s.authed && !(r == routeLocal && (string(name) == "auth" || string(name) == "hello" || string(name) == "quit" || string(name) == "reset")) {
+	if !s.authed && !runsBeforeAuth(name) {
 		s.replyError(msgNoAuth)
 		return
 	}
@@ -256,6 +256,15 @@ func (s *session) handle(cmd *resp.Command) {
 	case routeRefuse:
 		s.replyError("ERR " + refusedName(cmd.Args) + " is not supported by hotkeyproxy")
 	}
+}
+
+// runsBeforeAuth reports the commands Redis 7.0 flags no-auth.
+func runsBeforeAuth(name []byte) bool {
+	switch string(name) {
+	case "auth", "hello", "quit", "reset":
+		return true
+	}
+	return false
 }
 
 func refusedName(args [][]byte) string {
