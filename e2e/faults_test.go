@@ -490,3 +490,20 @@ func TestSelectOutOfRangeDialsOnce(t *testing.T) {
 		t.Errorf("200 refused SELECTs opened %d connections to Redis", n)
 	}
 }
+
+// TestHalfClosedDuringBlocking: a client that half-closes while its BLPOP
+// waits is closed quietly, as Redis closes it, and the BLPOP is dropped.
+func TestHalfClosedDuringBlocking(t *testing.T) {
+	e := startEnv(t, nil)
+	for name, addr := range map[string]string{"redis": e.Redis.Addr(), "proxy": e.ProxyAddr()} {
+		c := dialRaw(t, addr)
+		c.send([]byte("BLPOP hq 0\r\n"))
+		direct := dialRaw(t, e.Redis.Addr())
+		waitFor(t, func() bool { return strings.Contains(direct.do("INFO", "clients"), "blocked_clients:1") })
+		c.nc.(*net.TCPConn).CloseWrite()
+		if got := c.readUntilClose(); got != "" {
+			t.Errorf("%s: half-closed client got %q, want a quiet close", name, got)
+		}
+		waitFor(t, func() bool { return strings.Contains(direct.do("INFO", "clients"), "blocked_clients:0") })
+	}
+}

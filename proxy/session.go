@@ -361,7 +361,7 @@ func (s *session) ownRoundTrip(blocking bool) {
 		s.failBatch(0, b.n, err)
 		return
 	}
-	var stop func()
+	var stop func() (clientGone bool)
 	if blocking {
 		stop = s.watchClient()
 	}
@@ -373,8 +373,12 @@ func (s *session) ownRoundTrip(blocking bool) {
 		}
 		okLen = len(s.out)
 	}
-	if stop != nil {
-		stop()
+	if gone := stop != nil && stop(); gone && err != nil {
+		// The client left while Redis held its command, and we dropped
+		// it: close quietly, as Redis would. A reply that came first is
+		// still delivered (a half-closed client reads it).
+		s.out, s.quit = s.out[:okLen], true
+		return
 	}
 	if err != nil {
 		s.out = s.out[:okLen]
@@ -385,10 +389,11 @@ func (s *session) ownRoundTrip(blocking bool) {
 // watchClient reads from the client while a blocking command waits
 // upstream. Input is kept for the parser; a closed client closes the
 // upstream connection, which makes Redis drop the blocked command. The
-// returned func stops watching.
-func (s *session) watchClient() (stop func()) {
+// returned func stops watching and reports whether the client left.
+func (s *session) watchClient() (stop func() (clientGone bool)) {
 	done := make(chan struct{})
 	var data []byte
+	var gone bool
 	own := s.own.nc
 	limit := int(s.srv.cfg.Limits.QueryBuffer)
 	if !s.srv.closing.Load() {
@@ -406,19 +411,21 @@ func (s *session) watchClient() (stop func()) {
 			if err != nil {
 				var ne net.Error
 				if !errors.As(err, &ne) || !ne.Timeout() {
+					gone = true
 					own.Close()
 				}
 				return
 			}
 		}
 	}()
-	return func() {
+	return func() bool {
 		s.nc.SetReadDeadline(time.Unix(1, 0))
 		<-done
 		s.nc.SetReadDeadline(time.Time{})
 		if len(data) > 0 {
 			s.rd.Feed(data)
 		}
+		return gone
 	}
 }
 
