@@ -507,3 +507,60 @@ func TestHalfClosedDuringBlocking(t *testing.T) {
 		waitFor(t, func() bool { return strings.Contains(direct.do("INFO", "clients"), "blocked_clients:0") })
 	}
 }
+
+// TestPipelineIntoSubscribeBeforeReading: a big pipeline, SUBSCRIBE and
+// more commands, all written before reading, get what Redis sends.
+func TestPipelineIntoSubscribeBeforeReading(t *testing.T) {
+	e := startEnv(t, nil)
+	var req strings.Builder
+	req.WriteString(strings.Repeat("*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n", 5000))
+	req.WriteString("*2\r\n$9\r\nSUBSCRIBE\r\n$1\r\nq\r\n")
+	req.WriteString(strings.Repeat("*1\r\n$4\r\nPING\r\n", 100000))
+	req.WriteString("*1\r\n$4\r\nQUIT\r\n")
+	run := func(addr string) string {
+		c := dialRaw(t, addr)
+		c.do("SET", "big", strings.Repeat("b", 1000))
+		written := make(chan error, 1)
+		go func() { _, err := c.nc.Write([]byte(req.String())); written <- err }()
+		select {
+		case err := <-written:
+			if err != nil {
+				t.Fatalf("%s: write: %v", addr, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s stopped reading the pipeline", addr)
+		}
+		c.nc.SetReadDeadline(time.Now().Add(30 * time.Second))
+		b, err := io.ReadAll(c.br)
+		if err != nil {
+			t.Fatalf("%s: read: %v", addr, err)
+		}
+		return string(b)
+	}
+	want, got := run(e.Redis.Addr()), run(e.ProxyAddr())
+	if got != want {
+		t.Errorf("proxy sent %d bytes, Redis %d (first difference at %d)", len(got), len(want), firstDiff(got, want))
+	}
+}
+
+func firstDiff(a, b string) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+// TestClientThatNeverReads: replies piling up unread past the limit close
+// the client and free its place.
+func TestClientThatNeverReads(t *testing.T) {
+	e := startEnv(t, func(c *config.Config) {
+		c.Limits.QueryBuffer = 8 * config.MB
+		c.Limits.MaxBulk = 4 * config.MB
+	})
+	c := dialRaw(t, e.ProxyAddr())
+	c.do("SET", "big", strings.Repeat("b", 1000))
+	go c.nc.Write([]byte(strings.Repeat("*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n", 100000)))
+	waitFor(t, func() bool { return e.Proxy.Clients() == 0 })
+}

@@ -133,12 +133,13 @@ func (w *clientWriter) drain(done chan struct{}) {
 }
 
 // wait returns once everything written so far has reached the socket, or
-// the client failed.
+// at once when the client failed or went over its limit: then there is
+// nothing to wait for but a client that does not read.
 func (w *clientWriter) wait() error {
 	w.mu.Lock()
-	done := w.running
+	done, err := w.running, w.err
 	w.mu.Unlock()
-	if done != nil {
+	if done != nil && err == nil {
 		<-done
 	}
 	w.mu.Lock()

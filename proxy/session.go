@@ -164,10 +164,8 @@ func (s *session) abort() {
 }
 
 func (s *session) close() {
-	if !s.streaming {
-		s.w.wait() // replies queued for a slow reader, QUIT's +OK among them
-	}
-	s.nc.Close() // first: a relay blocked writing to a slow client returns
+	s.w.wait()   // replies queued for a slow reader, QUIT's +OK among them
+	s.nc.Close() // then: a relay blocked in a read of Redis returns
 	if s.own != nil {
 		s.own.nc.Close()
 	}
@@ -189,16 +187,17 @@ func (s *session) write() bool {
 	if len(s.out) == 0 {
 		return true
 	}
-	var err error
 	if s.streaming {
 		s.wmu.Lock()
-		_, err = s.nc.Write(s.out)
-		s.wmu.Unlock()
-	} else {
-		var kept bool
-		if kept, err = s.w.write(s.out); kept {
-			s.out = nil // the background writer owns it now
-		}
+		defer s.wmu.Unlock()
+	}
+	kept, err := s.w.write(s.out)
+	if kept {
+		s.out = nil // the background writer owns it now
+	}
+	if errors.Is(err, errOutputLimit) {
+		s.srv.log.Warn("closing client that does not read its replies",
+			"client", s.nc.RemoteAddr().String(), "limit", s.srv.cfg.Limits.QueryBuffer.String())
 	}
 	if cap(s.out) > 4*maxPendingOut {
 		s.out = nil // a big reply once should not pin memory for good
@@ -457,7 +456,7 @@ func (s *session) pin() bool {
 // then relay owns the way from Redis to the client.
 func (s *session) startStream() {
 	s.flush()
-	if !s.write() || s.w.wait() != nil {
+	if !s.write() {
 		s.quit = true
 	}
 	s.streaming = true
@@ -474,20 +473,15 @@ func (s *session) relay(own *ownConn) {
 		var err error
 		buf, err = resp.ReadReply(own.br, buf)
 		if err == nil && s.resetting.Load() && string(buf[start:]) == "+RESET\r\n" {
-			s.wmu.Lock()
-			s.nc.Write(buf)
-			s.wmu.Unlock()
+			s.relayWrite(buf)
 			return
 		}
 		if err == nil && own.br.Buffered() > 0 && len(buf) < maxPendingOut {
 			continue // more frames are here already: write them together
 		}
 		if len(buf) > 0 {
-			s.wmu.Lock()
-			_, werr := s.nc.Write(buf)
-			s.wmu.Unlock()
-			buf = buf[:0]
-			if werr != nil {
+			var werr error
+			if buf, werr = s.relayWrite(buf); werr != nil {
 				err = werr
 			}
 		}
@@ -495,11 +489,24 @@ func (s *session) relay(own *ownConn) {
 			// Redis closed (QUIT) or failed: the client's subscriptions
 			// are gone, so is the client's connection.
 			if !s.draining.Load() {
+				s.w.wait() // what Redis said last (QUIT's +OK) goes out first
 				s.nc.Close()
 			}
 			return
 		}
 	}
+}
+
+// relayWrite passes frames from Redis on to the client, after whatever the
+// session wrote before, and returns a buffer to reuse.
+func (s *session) relayWrite(buf []byte) ([]byte, error) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	kept, err := s.w.write(buf)
+	if kept {
+		return nil, err
+	}
+	return buf[:0], err
 }
 
 // drainStream lets Redis answer, and relay pass on, everything sent before
