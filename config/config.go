@@ -81,7 +81,8 @@ type Limits struct {
 	// Redis's maxclients. Must be >= 1; default 10000.
 	MaxClients int `yaml:"max_clients"`
 	// QueryBuffer is how many bytes of unparsed input one client may have
-	// buffered before it is closed, as Redis's client-query-buffer-limit.
+	// buffered before it is closed, as Redis's client-query-buffer-limit;
+	// it also bounds the replies waiting for a client that does not read.
 	// Must be >= 1kb; default 1gb.
 	QueryBuffer ByteSize `yaml:"query_buffer"`
 	// MaxBulk is the largest bulk string a client may send, as Redis's
