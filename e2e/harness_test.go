@@ -138,3 +138,33 @@ func (c *rawConn) readUntilClose() string {
 	}
 	return string(b)
 }
+
+// clusterEnv is a Redis Cluster (3 masters, 1 replica each) and a proxy in
+// front of it.
+type clusterEnv struct {
+	Cluster *localredis.Cluster
+	Proxy   *proxy.Server
+	Cfg     *config.Config
+}
+
+// ProxyAddr is where clients connect.
+func (e *clusterEnv) ProxyAddr() string { return e.Proxy.Addr().String() }
+
+// startClusterEnv starts a cluster and a proxy over it; edit may change
+// the proxy's config before it starts. Both stop when the test ends.
+func startClusterEnv(t testing.TB, edit func(*config.Config)) *clusterEnv {
+	t.Helper()
+	c := localredis.StartClusterT(t, localredis.ClusterOptions{Masters: 3, Replicas: 1})
+	cfg := config.Default()
+	cfg.Upstream.Mode = config.ModeCluster
+	cfg.Upstream.Addrs = c.Seeds()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Metrics.Listen = ""
+	if edit != nil {
+		edit(cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return &clusterEnv{Cluster: c, Proxy: startProxy(t, cfg), Cfg: cfg}
+}

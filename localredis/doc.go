@@ -10,6 +10,10 @@
 // processes: miniredis implements most commands but not all of Redis's
 // behaviour, so it is never a stand-in for byte-for-byte comparisons.
 //
+// StartCluster starts a Redis Cluster of real redis-server processes (masters
+// with replicas, all slots assigned, cluster_state:ok on every node), for the
+// demo and for tests of routing, migration and failover.
+//
 // A real server runs without persistence (--save "" --appendonly no), so its
 // data is gone after Kill or Stop and Restart gives an empty server on the same
 // port. An embedded server behaves the same way: Restart makes a fresh

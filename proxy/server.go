@@ -16,9 +16,10 @@ import (
 // Server is the client-facing side of the proxy: it accepts connections,
 // runs a session for each, and relays to the upstream Redis.
 type Server struct {
-	cfg  *config.Config
-	log  *slog.Logger
-	pool *pool
+	cfg     *config.Config
+	log     *slog.Logger
+	pool    *pool            // standalone mode
+	cluster *clusterUpstream // cluster mode
 
 	closing atomic.Bool
 	nextID  atomic.Uint64
@@ -29,25 +30,37 @@ type Server struct {
 	wg       sync.WaitGroup // one per running session
 }
 
-// New returns a server for cfg, which must have passed cfg.Validate. It
-// does not connect upstream: connections are dialed on first use, so the
-// proxy starts while Redis is still down and recovers when it is back.
+// New returns a server for cfg, which must have passed cfg.Validate. A
+// standalone upstream is dialed on first use; a cluster's slot map is
+// loaded before New returns when a seed answers, else in the background.
+// Either way the proxy starts while Redis is still down and recovers when
+// it is back.
 func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
-	if cfg.Upstream.Mode != config.ModeStandalone {
-		return nil, fmt.Errorf("proxy: upstream.mode %q is not supported yet", cfg.Upstream.Mode)
+	s := &Server{cfg: cfg, log: log, sessions: make(map[*session]struct{})}
+	switch cfg.Upstream.Mode {
+	case config.ModeStandalone:
+		d := dialer{
+			addr:     cfg.Upstream.Addrs[0],
+			username: cfg.Upstream.Username,
+			password: string(cfg.Upstream.Password),
+			timeout:  cfg.Upstream.DialTimeout.Duration(),
+		}
+		s.pool = newPool(d, cfg.Upstream.ConnsPerNode)
+	case config.ModeCluster:
+		s.cluster = newClusterUpstream(&cfg.Upstream, log)
+	default:
+		return nil, fmt.Errorf("proxy: unknown upstream.mode %q", cfg.Upstream.Mode)
 	}
-	d := dialer{
-		addr:     cfg.Upstream.Addrs[0],
-		username: cfg.Upstream.Username,
-		password: string(cfg.Upstream.Password),
-		timeout:  cfg.Upstream.DialTimeout.Duration(),
+	return s, nil
+}
+
+// closeUpstream retires the upstream connections.
+func (s *Server) closeUpstream() {
+	if s.cluster != nil {
+		s.cluster.close()
+	} else {
+		s.pool.close()
 	}
-	return &Server{
-		cfg:      cfg,
-		log:      log,
-		pool:     newPool(d, cfg.Upstream.ConnsPerNode),
-		sessions: make(map[*session]struct{}),
-	}, nil
 }
 
 // ListenAndServe listens on cfg.Listen and serves until Shutdown.
@@ -167,9 +180,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			sess.abort()
 		}
 		s.mu.Unlock()
-		s.pool.close()
+		s.closeUpstream()
 		<-done
 	}
-	s.pool.close()
+	s.closeUpstream()
 	return err
 }

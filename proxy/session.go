@@ -83,6 +83,8 @@ type session struct {
 	draining  atomic.Bool // relay must leave the client open when Redis closes
 	resetting atomic.Bool // relay stops after passing on +RESET
 
+	cs clusterState // cluster mode's routing and transaction state
+
 	nameBuf [24]byte
 }
 
@@ -97,6 +99,7 @@ func newSession(srv *Server, nc net.Conn, id uint64) *session {
 	s.rd.SetAuthRequired(!s.authed)
 	s.w = newClientWriter(nc, int(srv.cfg.Limits.QueryBuffer))
 	s.b.doneCh = make(chan struct{}, 1)
+	s.cs.txSlot = -1
 	return s
 }
 
@@ -217,10 +220,13 @@ func (s *session) handle(cmd *resp.Command) {
 		s.handleStreaming(cmd, name)
 		return
 	}
+	if s.srv.cluster != nil && s.clusterHandle(cmd, r, string(name)) {
+		return
+	}
 	switch r {
 	case routeLocal:
 		if s.upstreamOwns(string(name)) {
-			s.forward(cmd)
+			s.dispatch(cmd, string(name))
 			return
 		}
 		s.local(cmd, string(name))
@@ -230,7 +236,7 @@ func (s *session) handle(cmd *resp.Command) {
 			s.inMulti = false
 		}
 	case routeOwn:
-		if s.own == nil && !s.pin() {
+		if s.own == nil && !s.pin(s.srv.pool) {
 			return
 		}
 		if string(name) == "multi" {
@@ -247,7 +253,7 @@ func (s *session) handle(cmd *resp.Command) {
 			s.flushBlocking()
 		}
 	case routeStream:
-		if s.own == nil && !s.pin() {
+		if s.own == nil && !s.pin(s.srv.pool) {
 			return
 		}
 		s.startStream()
@@ -274,7 +280,17 @@ func refusedName(args [][]byte) string {
 	return name
 }
 
-// forward queues cmd for the upstream connection in use.
+// dispatch queues cmd for whatever upstream serves it: in cluster mode the
+// node of its keys, unless the client is held on its own connection.
+func (s *session) dispatch(cmd *resp.Command, name string) {
+	if s.srv.cluster != nil && !s.pinned() && !s.streaming {
+		s.clusterForward(cmd, name)
+		return
+	}
+	s.forward(cmd)
+}
+
+// forward queues cmd for the client's own or shared connection.
 func (s *session) forward(cmd *resp.Command) {
 	if cmd.Raw != nil {
 		s.b.req = append(s.b.req, cmd.Raw...)
@@ -299,6 +315,9 @@ func (s *session) flush() { s.send(false) }
 func (s *session) flushBlocking() { s.send(true) }
 
 func (s *session) send(blocking bool) {
+	if len(s.cs.cmds) > 0 {
+		s.clusterRoundTrip()
+	}
 	b := &s.b
 	if b.n == 0 {
 		return
@@ -310,7 +329,7 @@ func (s *session) send(blocking bool) {
 		if _, err := s.own.nc.Write(b.req); err != nil {
 			s.quit = true
 		}
-	case s.own != nil:
+	case s.pinned():
 		s.ownRoundTrip(blocking)
 	default:
 		conn, err := s.sharedConn()
@@ -335,7 +354,7 @@ func (s *session) failBatch(done, n int, err error) {
 	for i := done; i < n; i++ {
 		s.out = resp.AppendError(s.out, msg)
 	}
-	if s.own != nil {
+	if s.pinned() {
 		// Its transaction, subscriptions or db are gone with the
 		// connection; closing tells the client as Redis would.
 		s.quit = true
@@ -428,13 +447,13 @@ func (s *session) watchClient() (stop func() (clientGone bool)) {
 	}
 }
 
-// pin gives the client an upstream connection of its own, in its db and
-// with its name, after every request sent so far is answered.
-func (s *session) pin() bool {
+// pin gives the client an upstream connection of its own to p's node, in
+// its db and with its name, after every request sent so far is answered.
+func (s *session) pin(p *pool) bool {
 	s.flush()
-	nc, br, err := s.srv.pool.dial(s.db)
+	nc, br, err := p.dial(s.db)
 	if err == nil && len(s.name) > 0 {
-		nc.SetDeadline(time.Now().Add(s.srv.pool.timeout))
+		nc.SetDeadline(time.Now().Add(p.timeout))
 		req := resp.AppendCommand(nil, []byte("CLIENT"), []byte("SETNAME"), s.name)
 		if _, err = nc.Write(req); err == nil {
 			_, err = resp.ReadReply(br, nil)
@@ -529,7 +548,7 @@ func (s *session) drainStream() {
 func (s *session) upstreamOwns(name string) bool {
 	switch name {
 	case "client", "select":
-		return s.own != nil
+		return s.pinned()
 	case "auth":
 		return s.inMulti
 	case "config":
@@ -606,7 +625,7 @@ func (s *session) local(cmd *resp.Command, name string) {
 		}
 		s.flush()
 		mark := len(s.out)
-		s.forward(cmd)
+		s.dispatch(cmd, name)
 		s.flush()
 		s.out = append(s.out[:mark], maskSecrets(s.out[mark:])...)
 	}
@@ -634,19 +653,15 @@ func maskSecrets(reply []byte) []byte {
 		if i%2 == 1 && secret {
 			elem = resp.AppendBulk(nil, []byte("******"))
 		}
-		secret = i%2 == 0 && elem[0] == '$' && secretParams[strings.ToLower(string(bulkValue(elem)))]
+		v, _ := resp.BulkValue(elem)
+		secret = i%2 == 0 && secretParams[strings.ToLower(string(v))]
 		out = append(out, elem...)
 	}
 }
 
-// bulkValue is the payload of a raw bulk string reply.
-func bulkValue(b []byte) []byte {
-	i := bytes.IndexByte(b, '\n')
-	return b[i+1 : len(b)-2]
-}
-
 func (s *session) resetState() {
-	s.db, s.name, s.shared, s.inMulti = 0, nil, nil, false
+	s.endTx()
+	s.db, s.name, s.shared = 0, nil, nil
 	s.authed = s.srv.cfg.Password == ""
 	s.rd.SetAuthRequired(!s.authed)
 }
@@ -727,7 +742,7 @@ func (s *session) hello(args [][]byte) {
 		return
 	}
 	s.flush()
-	if s.own != nil {
+	if s.pinned() {
 		// The client's own connection keeps its name and id upstream.
 		hello := [][]byte{[]byte("HELLO"), []byte("2")}
 		if name != nil {
@@ -737,8 +752,7 @@ func (s *session) hello(args [][]byte) {
 		return
 	}
 	mark := len(s.out)
-	s.b.req = append(s.b.req, "*2\r\n$5\r\nHELLO\r\n$1\r\n2\r\n"...)
-	s.b.n++
+	s.dispatch(&resp.Command{Args: [][]byte{[]byte("HELLO"), []byte("2")}}, "hello")
 	s.flush()
 	s.out = append(s.out[:mark], patchHelloID(s.out[mark:], s.id)...)
 }

@@ -99,7 +99,10 @@ type batch struct {
 	out   []byte // replies are appended here
 	done  int    // replies complete in out
 	okLen int    // len(out) after the last complete reply
-	err   error
+	// ends, when not nil, gets len(out) after each reply, so the replies
+	// can be told apart.
+	ends []int
+	err  error
 	// doneCh is signalled once per send, when all replies are in or the
 	// connection failed; cap 1 so the reader never waits on the session.
 	doneCh chan struct{}
@@ -272,6 +275,9 @@ func (c *sharedConn) readLoop() {
 			if b.out, err = resp.ReadReply(c.br, b.out); err == nil {
 				b.done++
 				b.okLen = len(b.out)
+				if b.ends != nil {
+					b.ends = append(b.ends, b.okLen)
+				}
 			}
 		}
 		if err != nil {
@@ -385,6 +391,32 @@ func (p *pool) get(db int, id uint64) (*sharedConn, error) {
 	}
 	s.conn = newSharedConn(nc, br)
 	return s.conn, nil
+}
+
+// roundTrip sends n requests on a shared connection and returns the n
+// replies, for the proxy's own requests.
+func (p *pool) roundTrip(req []byte, n int) ([][]byte, error) {
+	conn, err := p.get(0, 0)
+	if err != nil {
+		return nil, err
+	}
+	b := &batch{req: req, n: n, ends: make([]int, 0, n), doneCh: make(chan struct{}, 1)}
+	conn.send(b)
+	<-b.doneCh
+	if b.err != nil {
+		return nil, b.err
+	}
+	return b.replies(nil), nil
+}
+
+// replies splits out into the replies complete in it; ends must be set.
+func (b *batch) replies(dst [][]byte) [][]byte {
+	start := 0
+	for _, end := range b.ends {
+		dst = append(dst, b.out[start:end])
+		start = end
+	}
+	return dst
 }
 
 // close retires every shared connection; batches in flight fail.

@@ -1,0 +1,513 @@
+package proxy
+
+import (
+	"bytes"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hotkeyproxy/hotkeyproxy/cluster"
+	"github.com/hotkeyproxy/hotkeyproxy/keyspec"
+	"github.com/hotkeyproxy/hotkeyproxy/resp"
+)
+
+// How hard a command is retried when the cluster redirects it (MOVED,
+// ASK) or asks to wait (TRYAGAIN, CLUSTERDOWN): a few hops, with a backoff
+// of about a second in all, then the client gets the error.
+const (
+	maxRedirects   = 5
+	retryBaseDelay = 20 * time.Millisecond
+)
+
+// clusterPart is one request of a client's command sent to one node: a
+// command has one part, or one per slot when split, or one per master
+// when broadcast.
+type clusterPart struct {
+	nb         *nodeBatch // where it was last sent
+	start, end int        // the request, in nb.req
+	idx        int        // its reply's index in nb
+	slot       int        // the slot it is routed by; -1 for keyless
+	tries      int        // redirections followed
+	reply      []byte     // nil until answered
+}
+
+// nodeBatch is a round's requests to one node.
+type nodeBatch struct {
+	node *node
+	batch
+}
+
+// clusterCmd is one client command in cluster mode: its parts and how
+// their replies merge.
+type clusterCmd struct {
+	merge    mergeKind
+	first, n int     // its parts: session.parts[first:first+n]
+	order    []int   // mergeArray: the part of each key, in order
+	scan     scanPos // mergeScan
+	info     string  // mergeInfo: the proxy's section
+}
+
+// clusterState is what a session keeps for the cluster upstream.
+type clusterState struct {
+	parts    []clusterPart
+	cmds     []clusterCmd
+	batches  []*nodeBatch // the first round's, reused across pipelines
+	used     int          // batches[:used] are in use
+	reqBytes int
+	keyIdx   []int
+	replies  [][]byte
+
+	ownNode *node // the node of session.own
+	// hold keeps requests on own: a transaction (MULTI, WATCH) or a
+	// blocking command is under way there.
+	hold     bool
+	watching bool
+	txSlot   int  // the slot a transaction's keys must be in; -1 while unknown
+	txDirty  bool // a command was refused: EXEC must fail
+	// While txSlot is unknown, the transaction so far (MULTI and keyless
+	// commands), to start it again on another node.
+	txReplay  []byte
+	txReplayN int
+}
+
+// home is the master a keyless command goes to; clients are spread over
+// the masters.
+func (s *session) home(t *topology) *node {
+	return t.masters[s.id%uint64(len(t.masters))]
+}
+
+// clusterHandle handles a command in cluster mode; false means the
+// ordinary path (the client's own connection) takes it.
+func (s *session) clusterHandle(cmd *resp.Command, r route, name string) bool {
+	if s.streaming {
+		return false
+	}
+	if s.pinned() {
+		return s.clusterTx(cmd, name)
+	}
+	switch r {
+	case routeShared:
+		s.clusterForward(cmd, name)
+	case routeOwn:
+		s.clusterOwn(cmd, name)
+	case routeStream:
+		s.clusterStream(cmd)
+	case routeLocal:
+		if name != "select" {
+			return false
+		}
+		s.clusterSelect(cmd.Args)
+	case routeRefuse:
+		return false
+	}
+	return true
+}
+
+// clusterForward queues cmd on the nodes that serve its keys, or answers
+// it when the proxy can.
+func (s *session) clusterForward(cmd *resp.Command, name string) {
+	t, slot, ok := s.clusterSlot(cmd, name)
+	if !ok {
+		return
+	}
+	switch {
+	case slot >= 0:
+		s.queue(t, t.slots[slot], slot, mergeOne, cmd)
+	case len(s.cs.keyIdx) > 0:
+		s.clusterSplit(t, cmd, name)
+	default:
+		s.clusterKeyless(t, cmd, name)
+	}
+}
+
+// clusterSlot finds the slot of cmd's keys: -1 with keyIdx empty when it
+// has none, -1 with keyIdx set when they are in several slots and name can
+// be split. Otherwise it answers the client and ok is false.
+func (s *session) clusterSlot(cmd *resp.Command, name string) (t *topology, slot int, ok bool) {
+	t, keys, err := s.srv.cluster.current()
+	if err != nil {
+		s.replyError(errorText(err))
+		return nil, -1, false
+	}
+	cs := &s.cs
+	cs.keyIdx, _ = keys.Keys(cmd.Args, cs.keyIdx[:0])
+	if len(cs.keyIdx) == 0 {
+		return t, -1, true
+	}
+	first := int(cluster.Slot(cmd.Args[cs.keyIdx[0]]))
+	for _, i := range cs.keyIdx[1:] {
+		if int(cluster.Slot(cmd.Args[i])) != first {
+			if splits[name] {
+				return t, -1, true
+			}
+			s.replyError(msgCrossSlot)
+			return nil, -1, false
+		}
+	}
+	if t.slots[first] == nil {
+		s.srv.cluster.refresh()
+		s.replyError(msgSlotNotServed)
+		return nil, -1, false
+	}
+	return t, first, true
+}
+
+// splits are the multi-key commands a standalone Redis answers for keys in
+// any slots: sent per slot and merged. Others get CROSSSLOT, as from Redis
+// Cluster, since splitting them would lose their atomicity.
+var splits = map[string]bool{
+	"mget": true, "mset": true, "del": true, "unlink": true, "exists": true, "touch": true,
+}
+
+// clusterSplit sends a multi-key command as one command per slot.
+func (s *session) clusterSplit(t *topology, cmd *resp.Command, name string) {
+	kind, pairs := mergeSum, false
+	switch name {
+	case "mget":
+		kind = mergeArray
+	case "mset":
+		kind, pairs = mergeAll, true
+	}
+	var slots []int
+	var groups [][][]byte
+	order := make([]int, 0, len(s.cs.keyIdx))
+	for _, i := range s.cs.keyIdx {
+		slot := int(cluster.Slot(cmd.Args[i]))
+		if t.slots[slot] == nil {
+			s.srv.cluster.refresh()
+			s.replyError(msgSlotNotServed)
+			return
+		}
+		g := 0
+		for g < len(slots) && slots[g] != slot {
+			g++
+		}
+		if g == len(slots) {
+			slots = append(slots, slot)
+			groups = append(groups, [][]byte{cmd.Args[0]})
+		}
+		groups[g] = append(groups[g], cmd.Args[i])
+		if pairs {
+			groups[g] = append(groups[g], cmd.Args[i+1])
+		}
+		order = append(order, g)
+	}
+	c := s.addCmd(kind)
+	c.order = order
+	for g, slot := range slots {
+		s.queuePart(t.slots[slot], slot, nil, groups[g])
+	}
+	s.endCmd()
+}
+
+// clusterKeyless routes a command without keys: answered here, sent to
+// every master and merged, or sent to the client's home master.
+func (s *session) clusterKeyless(t *topology, cmd *resp.Command, name string) {
+	args := cmd.Args
+	sub := ""
+	if len(args) > 1 {
+		sub = strings.ToLower(string(args[1]))
+	}
+	switch {
+	case name == "ping":
+		switch len(args) {
+		case 1:
+			s.reply([]byte("+PONG\r\n"))
+		case 2:
+			s.reply(resp.AppendBulk(nil, args[1]))
+		default:
+			s.replyError(wrongArity(name))
+		}
+	case name == "echo":
+		if len(args) != 2 {
+			s.replyError(wrongArity(name))
+			return
+		}
+		s.reply(resp.AppendBulk(nil, args[1]))
+	case name == "cluster", name == "readonly", name == "readwrite", name == "asking":
+		s.replyError(s.clusterRefusal(args, name))
+	case name == "dbsize":
+		s.broadcast(t, mergeSum, cmd)
+	case name == "keys":
+		s.broadcast(t, mergeConcat, cmd)
+	case name == "randomkey":
+		s.broadcast(t, mergeRandom, cmd)
+	case name == "flushall", name == "flushdb",
+		name == "script" && (sub == "load" || sub == "flush"),
+		name == "function" && (sub == "load" || sub == "delete" || sub == "flush" || sub == "restore"):
+		s.broadcast(t, mergeAll, cmd)
+	case name == "script" && sub == "exists":
+		s.broadcast(t, mergeAnd, cmd)
+	case name == "scan" && len(args) > 1:
+		pos, ok := parseScanCursor(t, args[1])
+		if !ok {
+			s.queue(t, s.home(t), -1, mergeOne, cmd) // Redis words the error
+			return
+		}
+		c := s.addCmd(mergeScan)
+		c.scan = pos
+		a := append([][]byte{args[0], strconv.AppendUint(nil, pos.cursor, 10)}, args[2:]...)
+		s.queuePart(t.masters[pos.i], -1, nil, a)
+		s.endCmd()
+	case name == "info":
+		c := s.addCmd(mergeInfo)
+		c.info = s.srv.infoSection(args[1:], t)
+		s.queuePart(s.home(t), -1, cmd.Raw, args)
+		s.endCmd()
+	default:
+		s.queue(t, s.home(t), -1, mergeOne, cmd)
+	}
+}
+
+// clusterRefusal is what a standalone Redis 7.0 answers the cluster
+// commands a cluster-aware client probes with, so that it uses the proxy
+// as one server and never sees a node's address.
+func (s *session) clusterRefusal(args [][]byte, name string) string {
+	_, keys, _ := s.srv.cluster.current()
+	switch keys.Check(args) {
+	case keyspec.ErrUnknownSubcommand:
+		return "ERR unknown subcommand '" + string(args[1]) + "'. Try " + strings.ToUpper(name) + " HELP."
+	case keyspec.ErrArity:
+		if len(args) > 1 && name == "cluster" {
+			name += "|" + strings.ToLower(string(args[1]))
+		}
+		return wrongArity(name)
+	}
+	return msgClusterOff
+}
+
+// broadcast sends cmd to every master.
+func (s *session) broadcast(t *topology, kind mergeKind, cmd *resp.Command) {
+	s.addCmd(kind)
+	for _, n := range t.masters {
+		s.queuePart(n, -1, cmd.Raw, cmd.Args)
+	}
+	s.endCmd()
+}
+
+// clusterSelect answers SELECT as Redis Cluster does: only db 0 exists.
+func (s *session) clusterSelect(args [][]byte) {
+	if len(args) != 2 {
+		s.replyError(wrongArity("select"))
+		return
+	}
+	n, ok := resp.ParseInt(args[1])
+	switch {
+	case !ok:
+		s.replyError(msgNotInteger)
+	case n < -1<<31 || n > 1<<31-1:
+		s.replyError(msgIntRange)
+	case n != 0:
+		s.replyError(msgSelectCluster)
+	default:
+		s.reply([]byte("+OK\r\n"))
+	}
+}
+
+// queue adds a command of one part.
+func (s *session) queue(t *topology, n *node, slot int, kind mergeKind, cmd *resp.Command) {
+	s.addCmd(kind)
+	s.queuePart(n, slot, cmd.Raw, cmd.Args)
+	s.endCmd()
+}
+
+func (s *session) addCmd(kind mergeKind) *clusterCmd {
+	cs := &s.cs
+	cs.cmds = append(cs.cmds, clusterCmd{merge: kind, first: len(cs.parts)})
+	return &cs.cmds[len(cs.cmds)-1]
+}
+
+// endCmd closes the command addCmd opened and sends the pipeline when it
+// has grown big.
+func (s *session) endCmd() {
+	cs := &s.cs
+	c := &cs.cmds[len(cs.cmds)-1]
+	c.n = len(cs.parts) - c.first
+	if len(cs.parts) >= maxBatchCommands || cs.reqBytes >= maxBatchBytes {
+		s.flush()
+		if len(s.out) >= maxPendingOut && !s.write() {
+			s.quit = true
+		}
+	}
+}
+
+// queuePart adds a request for node n to the first round: raw as it came,
+// or args when raw is nil.
+func (s *session) queuePart(n *node, slot int, raw []byte, args [][]byte) {
+	cs := &s.cs
+	nb := s.firstRoundBatch(n)
+	start := len(nb.req)
+	if raw != nil {
+		nb.req = append(nb.req, raw...)
+	} else {
+		nb.req = resp.AppendCommand(nb.req, args...)
+	}
+	cs.reqBytes += len(nb.req) - start
+	cs.parts = append(cs.parts, clusterPart{nb: nb, start: start, end: len(nb.req), idx: nb.n, slot: slot})
+	nb.n++
+}
+
+// firstRoundBatch finds or adds the batch for n among the first round's,
+// which are reused from pipeline to pipeline.
+func (s *session) firstRoundBatch(n *node) *nodeBatch {
+	cs := &s.cs
+	for _, nb := range cs.batches[:cs.used] {
+		if nb.node == n {
+			return nb
+		}
+	}
+	if cs.used == len(cs.batches) {
+		cs.batches = append(cs.batches, &nodeBatch{batch: batch{doneCh: make(chan struct{}, 1)}})
+	}
+	nb := cs.batches[cs.used]
+	cs.used++
+	nb.node = n
+	nb.req, nb.n = nb.req[:0], 0
+	return nb
+}
+
+// clusterRoundTrip sends the queued commands, follows redirections, and
+// appends the merged replies to out in the client's order.
+func (s *session) clusterRoundTrip() {
+	cs := &s.cs
+	round := cs.batches[:cs.used]
+	for try := 0; ; try++ {
+		s.sendRound(round)
+		retry := s.collectRound(try)
+		if retry == nil {
+			break
+		}
+		round = retry
+	}
+	for i := range cs.cmds {
+		c := &cs.cmds[i]
+		cs.replies = cs.replies[:0]
+		for _, p := range cs.parts[c.first : c.first+c.n] {
+			cs.replies = append(cs.replies, p.reply)
+		}
+		s.out = c.mergeReplies(s.out, cs.replies)
+	}
+	clear(cs.cmds)
+	clear(cs.parts)
+	clear(cs.replies)
+	cs.cmds, cs.parts, cs.used, cs.reqBytes = cs.cmds[:0], cs.parts[:0], 0, 0
+}
+
+// sendRound sends every batch of a round at once and waits for them all.
+func (s *session) sendRound(round []*nodeBatch) {
+	for _, nb := range round {
+		nb.out, nb.ends, nb.done, nb.okLen, nb.err = nb.out[:0], nb.ends[:0], 0, 0, nil
+		if nb.ends == nil {
+			nb.ends = make([]int, 0, nb.n)
+		}
+		conn, err := nb.node.pool.get(0, s.id)
+		if err != nil {
+			nb.err = err
+			nb.doneCh <- struct{}{}
+			continue
+		}
+		conn.send(&nb.batch)
+	}
+	for _, nb := range round {
+		<-nb.doneCh
+		if nb.err != nil {
+			s.srv.cluster.refresh()
+		}
+	}
+}
+
+// collectRound hands each part sent in the round its reply, and returns a
+// new round for the parts the cluster redirected, or nil when all are done.
+func (s *session) collectRound(try int) []*nodeBatch {
+	cs := &s.cs
+	var next []*nodeBatch
+	wait := false
+	for i := range cs.parts {
+		p := &cs.parts[i]
+		if p.reply != nil {
+			continue
+		}
+		nb := p.nb
+		if p.idx < nb.done {
+			start := 0
+			if p.idx > 0 {
+				start = nb.ends[p.idx-1]
+			}
+			p.reply = nb.out[start:nb.ends[p.idx]]
+		} else {
+			p.reply = resp.AppendError(nil, errorText(nb.err))
+			continue
+		}
+		target, asking, again := s.redirect(p)
+		if target == nil {
+			continue
+		}
+		if p.tries++; p.tries > maxRedirects {
+			if !again {
+				p.reply = resp.AppendError(nil, msgTooManyRedirects)
+			}
+			continue
+		}
+		wait = wait || again
+		if next == nil {
+			next = make([]*nodeBatch, 0, 2)
+		}
+		var rb *nodeBatch
+		for _, b := range next {
+			if b.node == target {
+				rb = b
+			}
+		}
+		if rb == nil {
+			rb = &nodeBatch{node: target, batch: batch{doneCh: make(chan struct{}, 1)}}
+			next = append(next, rb)
+		}
+		if asking {
+			rb.req = resp.AppendCommand(rb.req, []byte("ASKING"))
+			rb.n++
+		}
+		start := len(rb.req)
+		rb.req = append(rb.req, nb.req[p.start:p.end]...)
+		p.nb, p.start, p.end, p.idx, p.reply = rb, start, len(rb.req), rb.n, nil
+		rb.n++
+	}
+	if wait {
+		time.Sleep(retryBaseDelay << min(try, 4))
+	}
+	return next
+}
+
+// redirect reads a part's reply for the cluster's redirections: the node
+// to send it to next, with ASKING first for ASK; again is set for the
+// errors that ask to wait and retry (TRYAGAIN, CLUSTERDOWN). A nil target
+// means the reply is final.
+func (s *session) redirect(p *clusterPart) (target *node, asking, again bool) {
+	if addr, asking := parseRedirect(p.reply); addr != "" {
+		if !asking {
+			s.srv.cluster.refresh()
+		}
+		return s.srv.cluster.node(addr), asking, false
+	}
+	if !bytes.HasPrefix(p.reply, []byte("-TRYAGAIN")) && !bytes.HasPrefix(p.reply, []byte("-CLUSTERDOWN")) {
+		return nil, false, false
+	}
+	s.srv.cluster.refresh()
+	t, _, err := s.srv.cluster.current()
+	if err != nil || p.slot < 0 || t.slots[p.slot] == nil {
+		return p.nb.node, false, true
+	}
+	return t.slots[p.slot], false, true
+}
+
+// parseRedirect reads "-MOVED <slot> <addr>" and "-ASK <slot> <addr>",
+// per the Redis Cluster spec; addr is empty for any other reply.
+func parseRedirect(reply []byte) (addr string, asking bool) {
+	if len(reply) < 4 || reply[0] != '-' {
+		return "", false
+	}
+	f := bytes.Fields(reply[1 : len(reply)-2])
+	if len(f) != 3 || (string(f[0]) != "MOVED" && string(f[0]) != "ASK") {
+		return "", false
+	}
+	return string(f[2]), f[0][0] == 'A'
+}
