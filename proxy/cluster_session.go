@@ -28,6 +28,7 @@ type clusterPart struct {
 	idx        int        // its reply's index in nb
 	slot       int        // the slot it is routed by; -1 for keyless
 	tries      int        // redirections followed
+	script     []byte     // EVALSHA's SHA1, to load the script on NOSCRIPT
 	reply      []byte     // nil until answered
 }
 
@@ -113,6 +114,7 @@ func (s *session) clusterForward(cmd *resp.Command, name string) {
 	switch {
 	case slot >= 0:
 		s.queue(t, t.slots[slot], slot, mergeOne, cmd)
+		s.learnScript(cmd, name)
 	case len(s.cs.keyIdx) > 0:
 		s.clusterSplit(t, cmd, name)
 	default:
@@ -232,8 +234,10 @@ func (s *session) clusterKeyless(t *topology, cmd *resp.Command, name string) {
 		s.broadcast(t, mergeConcat, cmd)
 	case name == "randomkey":
 		s.broadcast(t, mergeRandom, cmd)
-	case name == "flushall", name == "flushdb",
-		name == "script" && (sub == "load" || sub == "flush"),
+	case name == "script" && sub == "load":
+		s.learnScript(cmd, name)
+		s.broadcast(t, mergeAll, cmd)
+	case name == "flushall", name == "flushdb", name == "script" && sub == "flush",
 		name == "function" && (sub == "load" || sub == "delete" || sub == "flush" || sub == "restore"):
 		s.broadcast(t, mergeAll, cmd)
 	case name == "script" && sub == "exists":
@@ -256,6 +260,22 @@ func (s *session) clusterKeyless(t *topology, cmd *resp.Command, name string) {
 		s.endCmd()
 	default:
 		s.queue(t, s.home(t), -1, mergeOne, cmd)
+		s.learnScript(cmd, name)
+	}
+}
+
+// learnScript remembers the bodies of scripts that pass through, so that
+// an EVALSHA meeting NOSCRIPT on a node that never saw its script (a new
+// master after a failover) can be answered by loading it there; for an
+// EVALSHA just queued it marks the part.
+func (s *session) learnScript(cmd *resp.Command, name string) {
+	switch {
+	case (name == "eval" || name == "eval_ro") && len(cmd.Args) > 2:
+		s.srv.cluster.scripts.learn(cmd.Args[1])
+	case name == "script" && len(cmd.Args) == 3:
+		s.srv.cluster.scripts.learn(cmd.Args[2])
+	case (name == "evalsha" || name == "evalsha_ro") && len(cmd.Args) > 2:
+		s.cs.parts[len(s.cs.parts)-1].script = cmd.Args[1]
 	}
 }
 
@@ -438,7 +458,7 @@ func (s *session) collectRound(try int) []*nodeBatch {
 			p.reply = resp.AppendError(nil, errorText(nb.err))
 			continue
 		}
-		target, asking, again := s.redirect(p)
+		target, first, again := s.redirect(p)
 		if target == nil {
 			continue
 		}
@@ -462,8 +482,8 @@ func (s *session) collectRound(try int) []*nodeBatch {
 			rb = &nodeBatch{node: target, batch: batch{doneCh: make(chan struct{}, 1)}}
 			next = append(next, rb)
 		}
-		if asking {
-			rb.req = resp.AppendCommand(rb.req, []byte("ASKING"))
+		if first != nil {
+			rb.req = append(rb.req, first...)
 			rb.n++
 		}
 		start := len(rb.req)
@@ -477,26 +497,38 @@ func (s *session) collectRound(try int) []*nodeBatch {
 	return next
 }
 
-// redirect reads a part's reply for the cluster's redirections: the node
-// to send it to next, with ASKING first for ASK; again is set for the
-// errors that ask to wait and retry (TRYAGAIN, CLUSTERDOWN). A nil target
+// askingReq is sent before a command an ASK redirection names a node for.
+var askingReq = resp.AppendCommand(nil, []byte("ASKING"))
+
+// redirect reads a part's reply for what makes it worth sending again:
+// the cluster's redirections, the errors that ask to wait (TRYAGAIN,
+// CLUSTERDOWN; again is set), and NOSCRIPT for a script the proxy can
+// load. It returns the node to send the part to next and a request to send
+// before it (ASKING, SCRIPT LOAD), whose reply is dropped; a nil target
 // means the reply is final.
-func (s *session) redirect(p *clusterPart) (target *node, asking, again bool) {
+func (s *session) redirect(p *clusterPart) (target *node, first []byte, again bool) {
+	c := s.srv.cluster
 	if addr, asking := parseRedirect(p.reply); addr != "" {
-		if !asking {
-			s.srv.cluster.refresh()
+		if asking {
+			return c.node(addr), askingReq, false
 		}
-		return s.srv.cluster.node(addr), asking, false
+		c.refresh()
+		return c.node(addr), nil, false
 	}
-	if !bytes.HasPrefix(p.reply, []byte("-TRYAGAIN")) && !bytes.HasPrefix(p.reply, []byte("-CLUSTERDOWN")) {
-		return nil, false, false
+	switch {
+	case bytes.HasPrefix(p.reply, []byte("-NOSCRIPT")) && p.script != nil && p.tries == 0:
+		if load := c.scripts.loadRequest(p.script); load != nil {
+			return p.nb.node, load, false
+		}
+	case bytes.HasPrefix(p.reply, []byte("-TRYAGAIN")), bytes.HasPrefix(p.reply, []byte("-CLUSTERDOWN")):
+		c.refresh()
+		t, _, err := c.current()
+		if err != nil || p.slot < 0 || t.slots[p.slot] == nil {
+			return p.nb.node, nil, true
+		}
+		return t.slots[p.slot], nil, true
 	}
-	s.srv.cluster.refresh()
-	t, _, err := s.srv.cluster.current()
-	if err != nil || p.slot < 0 || t.slots[p.slot] == nil {
-		return p.nb.node, false, true
-	}
-	return t.slots[p.slot], false, true
+	return nil, nil, false
 }
 
 // parseRedirect reads "-MOVED <slot> <addr>" and "-ASK <slot> <addr>",

@@ -56,6 +56,8 @@ type clusterUpstream struct {
 	mu    sync.Mutex
 	nodes map[string]*node // every node ever named, by address
 	err   error            // why the last load failed; nil after a success
+
+	scripts scriptCache
 }
 
 func newClusterUpstream(cfg *config.Upstream, log *slog.Logger) *clusterUpstream {
@@ -66,6 +68,8 @@ func newClusterUpstream(cfg *config.Upstream, log *slog.Logger) *clusterUpstream
 		quit:  make(chan struct{}),
 		done:  make(chan struct{}),
 		nodes: make(map[string]*node),
+
+		scripts: newScriptCache(),
 	}
 	if err := c.load(); err != nil {
 		// Start anyway, as in standalone mode: clients get an error
