@@ -150,14 +150,22 @@ func TestDemo(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("demo exit: %v\n%s", err, stderr.String())
 	}
-	// The upstream it announced must be gone.
+	// It says it runs a cluster, and the nodes it announced must be gone.
+	if !strings.Contains(out, "a Redis Cluster of 3 masters") {
+		t.Errorf("demo does not say it started a cluster:\n%s", out)
+	}
 	i := strings.Index(out, " on 127.0.0.1:")
 	if i < 0 {
 		t.Fatalf("demo does not name its upstream:\n%s", out)
 	}
-	upstream := strings.Fields(out[i+4:])[0]
-	if nc, err := net.DialTimeout("tcp", upstream, time.Second); err == nil {
-		nc.Close()
-		t.Errorf("upstream %s still answers after the demo stopped", upstream)
+	nodes := strings.Fields(strings.SplitN(out[i+4:], "\n", 2)[0])
+	if len(nodes) != 3 {
+		t.Errorf("demo names %d nodes, want 3: %q", len(nodes), nodes)
+	}
+	for _, upstream := range nodes {
+		if nc, err := net.DialTimeout("tcp", upstream, time.Second); err == nil {
+			nc.Close()
+			t.Errorf("node %s still answers after the demo stopped", upstream)
+		}
 	}
 }
