@@ -66,15 +66,15 @@ flags:
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	log := newLogger(cfg.Log, stderr)
-	srv, err := proxy.New(cfg, log) // refuses what this version cannot serve
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 1
-	}
 	if *check != "" {
 		fmt.Fprintf(stdout, "%s: ok\n", *check)
 		return 0
+	}
+	log := newLogger(cfg.Log, stderr)
+	srv, err := proxy.New(cfg, log)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
 	}
 	if err := serve(srv, cfg, log, nil); err != nil {
 		log.Error("stopped", "err", err)

@@ -35,7 +35,7 @@ func TestCheckConfig(t *testing.T) {
 		{"bad listen flag", []string{"--listen", "nonsense"}, 1, "listen"},
 		{"stray argument", []string{"serve"}, 2, `unexpected argument "serve"`},
 		{"check applies flags", []string{"--check-config", "proxy.yaml", "--upstream-mode", "sharded"}, 1, "upstream.mode"},
-		{"check refuses what this version cannot serve", []string{"--check-config", "proxy.yaml", "--upstream-mode", "cluster"}, 1, "not supported yet"},
+		{"check accepts cluster mode without dialing", []string{"--check-config", "proxy.yaml", "--upstream-mode", "cluster", "--upstream", "127.0.0.1:1"}, 0, "proxy.yaml: ok"},
 		{"help", []string{"--help"}, 0, "hotkeyproxy demo"},
 	}
 	for _, tc := range tests {

@@ -830,3 +830,37 @@ func BenchmarkKeys(b *testing.B) {
 		})
 	}
 }
+
+// TestCheckAgainstServer runs harmless commands on a real server and
+// compares the refusal it gives with Check's.
+func TestCheckAgainstServer(t *testing.T) {
+	c := startServer(t)
+	tab := c.table()
+	lines := []string{
+		"CLUSTER", "CLUSTER FOO", "CLUSTER SLOTS x", "CLUSTER SLOTS", "CLUSTER KEYSLOT",
+		"CLUSTER KEYSLOT a", "cluster help", "READONLY", "READONLY x", "READWRITE", "ASKING x",
+		"OBJECT", "OBJECT FOO", "OBJECT ENCODING", "OBJECT ENCODING k", "GET", "GET k", "GET k x",
+		"NOSUCH", "CONFIG GET", "CONFIG GET maxmemory", "XINFO STREAM", "MSET k", "MSET k v",
+		"ECHO", "SCRIPT EXISTS",
+	}
+	var cmds [][][]byte
+	for _, l := range lines {
+		cmds = append(cmds, toBytes(words(l)))
+	}
+	replies := c.pipeline(cmds)
+	for i, l := range lines {
+		r := string(replies[i])
+		var want error
+		switch {
+		case strings.HasPrefix(r, "-ERR unknown command"):
+			want = ErrUnknownCommand
+		case strings.HasPrefix(r, "-ERR unknown subcommand"):
+			want = ErrUnknownSubcommand
+		case strings.HasPrefix(r, "-ERR wrong number of arguments"):
+			want = ErrArity
+		}
+		if got := tab.Check(cmds[i]); got != want {
+			t.Errorf("%s: Check = %v; the server said %q", l, got, r)
+		}
+	}
+}
