@@ -11,7 +11,9 @@ import (
 // In cluster mode a client's own connection goes to one node, so it is
 // used only while something holds the client there: a transaction, whose
 // keys must then share one slot, as Redis Cluster requires; a blocking
-// command; a subscription. Everything else is routed by slot.
+// command; a subscription. Everything else is routed by slot, also
+// between WATCH and MULTI: the watched keys live on the own connection's
+// node, and a write to them from a shared connection still touches them.
 
 // pinned reports whether requests go to the client's own connection.
 func (s *session) pinned() bool {
@@ -53,10 +55,14 @@ func (s *session) clusterOwn(cmd *resp.Command, name string) {
 		if !s.ownOn(n) {
 			return
 		}
-		// Which node the transaction belongs on is known at its first
-		// key; until then it runs here and is kept for a replay.
-		s.cs.hold, s.cs.txSlot, s.cs.txDirty = true, -1, false
-		s.cs.txReplay, s.cs.txReplayN = append(s.cs.txReplay[:0], rawOf(cmd)...), 1
+		if !s.cs.watching {
+			// Which node the transaction belongs on is known at its
+			// first key; until then it runs here and is kept for a
+			// replay. After WATCH it is the watched keys' node.
+			s.cs.txSlot = -1
+			s.cs.txReplay, s.cs.txReplayN = append(s.cs.txReplay[:0], rawOf(cmd)...), 1
+		}
+		s.cs.hold, s.cs.txDirty = true, false
 		mark := len(s.out)
 		s.forward(cmd)
 		s.flush()
@@ -72,21 +78,25 @@ func (s *session) clusterOwn(cmd *resp.Command, name string) {
 			s.queue(t, s.home(t), -1, mergeOne, cmd)
 			return
 		}
+		if name == "watch" && s.cs.watching && slot != s.cs.txSlot {
+			s.replyError(msgCrossSlot)
+			return
+		}
 		s.flush()
 		if !s.ownOn(t.slots[slot]) {
 			return
 		}
 		s.cs.hold = true
 		if name == "watch" {
-			s.cs.watching, s.cs.txSlot, s.cs.txDirty = true, slot, false
 			mark := len(s.out)
 			s.forward(cmd)
 			s.flush()
-			s.cs.watching = string(s.out[mark:]) == "+OK\r\n"
-			s.cs.hold = s.cs.watching
-			return
+			if string(s.out[mark:]) == "+OK\r\n" {
+				s.cs.watching, s.cs.txSlot = true, slot
+			}
+		} else {
+			s.blockOn(cmd)
 		}
-		s.blockOn(cmd)
 		s.cs.hold = false
 	case "script", "function": // KILL: it must reach the busy node at once
 		s.flush()
@@ -100,7 +110,7 @@ func (s *session) clusterOwn(cmd *resp.Command, name string) {
 // connection; false lets the ordinary path send it there.
 func (s *session) clusterTx(cmd *resp.Command, name string) bool {
 	cs := &s.cs
-	if !cs.watching && !s.inMulti {
+	if !s.inMulti {
 		return false // a blocking command holds it: nothing else comes
 	}
 	t, slot, ok := s.clusterSlot(cmd, name)
@@ -142,13 +152,6 @@ func (s *session) clusterTx(cmd *resp.Command, name string) bool {
 			s.flush()
 		}
 		s.endTx()
-	case "unwatch":
-		s.forward(cmd)
-		s.flush()
-		cs.watching = false
-		if !s.inMulti {
-			s.endTx()
-		}
 	default:
 		return false
 	}

@@ -59,7 +59,7 @@ type clusterState struct {
 	replies  [][]byte
 
 	ownNode *node // the node of session.own
-	// hold keeps requests on own: a transaction (MULTI, WATCH) or a
+	// hold keeps requests on own: a transaction (MULTI) or a
 	// blocking command is under way there.
 	hold     bool
 	watching bool
@@ -88,6 +88,14 @@ func (s *session) clusterHandle(cmd *resp.Command, r route, name string) bool {
 	}
 	switch r {
 	case routeShared:
+		if name == "unwatch" && s.cs.watching {
+			s.flush()
+			s.cs.hold = true
+			s.forward(cmd)
+			s.flush()
+			s.endTx()
+			return true
+		}
 		s.clusterForward(cmd, name)
 	case routeOwn:
 		s.clusterOwn(cmd, name)
