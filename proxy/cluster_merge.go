@@ -26,12 +26,12 @@ const (
 
 // Error replies with Redis Cluster's texts (cluster.c, Redis 7.0).
 const (
-	msgCrossSlot        = "CROSSSLOT Keys in request don't hash to the same slot"
-	msgSlotNotServed    = "CLUSTERDOWN Hash slot not served"
-	msgSelectCluster    = "ERR SELECT is not allowed in cluster mode"
-	msgClusterOff       = "ERR This instance has cluster support disabled"
-	msgExecAbort        = "EXECABORT Transaction discarded because of previous errors."
-	msgTooManyRedirects = "TRYAGAIN hotkeyproxy: the slot kept moving; try again"
+	msgCrossSlot     = "CROSSSLOT Keys in request don't hash to the same slot"
+	msgSlotNotServed = "CLUSTERDOWN Hash slot not served"
+	msgSelectCluster = "ERR SELECT is not allowed in cluster mode"
+	msgClusterOff    = "ERR This instance has cluster support disabled"
+	msgExecAbort     = "EXECABORT Transaction discarded because of previous errors."
+	msgSlotMoving    = "TRYAGAIN hotkeyproxy: the slot is moving; try again"
 )
 
 // mergeReplies appends to dst the reply of c, whose parts answered

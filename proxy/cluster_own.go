@@ -200,8 +200,8 @@ func (s *session) blockOn(cmd *resp.Command) {
 			return
 		}
 		s.out = s.out[:mark]
-		if try == maxRedirects {
-			s.out = resp.AppendError(s.out, msgTooManyRedirects)
+		if try == maxHops {
+			s.out = resp.AppendError(s.out, msgSlotMoving)
 			return
 		}
 		if !asking {

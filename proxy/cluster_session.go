@@ -12,10 +12,14 @@ import (
 )
 
 // How hard a command is retried when the cluster redirects it (MOVED,
-// ASK) or asks to wait (TRYAGAIN, CLUSTERDOWN): a few hops, with a backoff
-// of about a second in all, then the client gets the error.
+// ASK: a few hops) or asks to wait (TRYAGAIN, CLUSTERDOWN: a few waits
+// with backoff, about 600 ms in all), then the client gets the error.
 const (
-	maxRedirects   = 5
+	// An ASK often leads to a TRYAGAIN (a multi-key command while its
+	// keys are split between the two nodes) and the wait back to the
+	// source, so hops must outlast waits.
+	maxHops        = 16
+	maxWaits       = 5
 	retryBaseDelay = 20 * time.Millisecond
 )
 
@@ -27,7 +31,9 @@ type clusterPart struct {
 	start, end int        // the request, in nb.req
 	idx        int        // its reply's index in nb
 	slot       int        // the slot it is routed by; -1 for keyless
-	tries      int        // redirections followed
+	hops       int        // MOVED and ASK followed
+	waits      int        // TRYAGAIN and CLUSTERDOWN waited out
+	loaded     bool       // its script was loaded after a NOSCRIPT
 	script     []byte     // EVALSHA's SHA1, to load the script on NOSCRIPT
 	reply      []byte     // nil until answered
 }
@@ -399,13 +405,9 @@ func (s *session) firstRoundBatch(n *node) *nodeBatch {
 func (s *session) clusterRoundTrip() {
 	cs := &s.cs
 	round := cs.batches[:cs.used]
-	for try := 0; ; try++ {
+	for round != nil {
 		s.sendRound(round)
-		retry := s.collectRound(try)
-		if retry == nil {
-			break
-		}
-		round = retry
+		round = s.collectRound()
 	}
 	for i := range cs.cmds {
 		c := &cs.cmds[i]
@@ -445,11 +447,23 @@ func (s *session) sendRound(round []*nodeBatch) {
 }
 
 // collectRound hands each part sent in the round its reply, and returns a
-// new round for the parts the cluster redirected, or nil when all are done.
-func (s *session) collectRound(try int) []*nodeBatch {
+// new round for the parts worth sending again (see redirect), or nil when
+// all are done. A TRYAGAIN is not waited out when a later command of the
+// pipeline for the same slot has run meanwhile: the retry would run after
+// it, out of the client's order (MSET a b, GET a: the GET ran where a still
+// was), so the client gets Redis's TRYAGAIN. MOVED and ASK need no such
+// care: the node answers every later command for the slot, or for the same
+// missing keys, with the same redirection, so they are retried in order.
+func (s *session) collectRound() []*nodeBatch {
 	cs := &s.cs
-	var next []*nodeBatch
-	wait := false
+	type retry struct {
+		part   int
+		target *node
+		first  []byte
+		again  bool
+	}
+	var retries []retry
+	var ran map[int]int // slot → the last part of it that got its reply
 	for i := range cs.parts {
 		p := &cs.parts[i]
 		if p.reply != nil {
@@ -464,44 +478,57 @@ func (s *session) collectRound(try int) []*nodeBatch {
 			p.reply = nb.out[start:nb.ends[p.idx]]
 		} else {
 			p.reply = resp.AppendError(nil, errorText(nb.err))
-			continue
 		}
 		target, first, again := s.redirect(p)
-		if target == nil {
-			continue
-		}
-		if p.tries++; p.tries > maxRedirects {
-			if !again {
-				p.reply = resp.AppendError(nil, msgTooManyRedirects)
+		switch {
+		case target == nil:
+			if p.slot >= 0 {
+				if ran == nil {
+					ran = make(map[int]int)
+				}
+				ran[p.slot] = i
 			}
-			continue
+		case again && p.waits >= maxWaits, !again && p.hops >= maxHops:
+			if !again {
+				p.reply = resp.AppendError(nil, msgSlotMoving)
+			}
+		default:
+			retries = append(retries, retry{i, target, first, again})
 		}
-		wait = wait || again
-		if next == nil {
-			next = make([]*nodeBatch, 0, 2)
+	}
+	var next []*nodeBatch
+	var wait time.Duration
+	for _, r := range retries {
+		p := &cs.parts[r.part]
+		if last, ok := ran[p.slot]; ok && r.again && last > r.part {
+			continue // Redis's TRYAGAIN stands
+		}
+		if r.again {
+			p.waits++
+			wait = max(wait, retryBaseDelay<<(p.waits-1))
+		} else {
+			p.hops++
 		}
 		var rb *nodeBatch
 		for _, b := range next {
-			if b.node == target {
+			if b.node == r.target {
 				rb = b
 			}
 		}
 		if rb == nil {
-			rb = &nodeBatch{node: target, batch: batch{doneCh: make(chan struct{}, 1)}}
+			rb = &nodeBatch{node: r.target, batch: batch{doneCh: make(chan struct{}, 1)}}
 			next = append(next, rb)
 		}
-		if first != nil {
-			rb.req = append(rb.req, first...)
+		if r.first != nil {
+			rb.req = append(rb.req, r.first...)
 			rb.n++
 		}
 		start := len(rb.req)
-		rb.req = append(rb.req, nb.req[p.start:p.end]...)
+		rb.req = append(rb.req, p.nb.req[p.start:p.end]...)
 		p.nb, p.start, p.end, p.idx, p.reply = rb, start, len(rb.req), rb.n, nil
 		rb.n++
 	}
-	if wait {
-		time.Sleep(retryBaseDelay << min(try, 4))
-	}
+	time.Sleep(wait)
 	return next
 }
 
@@ -524,8 +551,9 @@ func (s *session) redirect(p *clusterPart) (target *node, first []byte, again bo
 		return c.node(addr), nil, false
 	}
 	switch {
-	case bytes.HasPrefix(p.reply, []byte("-NOSCRIPT")) && p.script != nil && p.tries == 0:
+	case bytes.HasPrefix(p.reply, []byte("-NOSCRIPT")) && p.script != nil && !p.loaded:
 		if load := c.scripts.loadRequest(p.script); load != nil {
+			p.loaded = true
 			return p.nb.node, load, false
 		}
 	case bytes.HasPrefix(p.reply, []byte("-TRYAGAIN")), bytes.HasPrefix(p.reply, []byte("-CLUSTERDOWN")):

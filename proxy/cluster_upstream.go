@@ -109,6 +109,7 @@ func (c *clusterUpstream) current() (*topology, *keyspec.Table, error) {
 		if err == nil {
 			err = errors.New("cluster slot map not loaded yet")
 		}
+		c.refresh() // a client is waiting: try again now, not at the tick
 		return nil, nil, err
 	}
 	return t, k, nil
@@ -180,7 +181,7 @@ func (c *clusterUpstream) loadFrom(n *node) error {
 		req = resp.AppendCommand(req, []byte("COMMAND"))
 		want++
 	}
-	replies, err := n.pool.roundTrip(req, want)
+	replies, err := n.pool.ask(req, want)
 	if err != nil {
 		return err
 	}

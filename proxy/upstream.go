@@ -393,18 +393,26 @@ func (p *pool) get(db int, id uint64) (*sharedConn, error) {
 	return s.conn, nil
 }
 
-// roundTrip sends n requests on a shared connection and returns the n
-// replies, for the proxy's own requests.
-func (p *pool) roundTrip(req []byte, n int) ([][]byte, error) {
-	conn, err := p.get(0, 0)
+// ask sends n requests of the proxy's own on a new connection and returns
+// the n replies. The dial timeout bounds it all: a node that accepts but
+// does not answer (stopped, overloaded) must not stall the caller, and
+// the shared connections are not held up behind it either.
+func (p *pool) ask(req []byte, n int) ([][]byte, error) {
+	nc, br, err := p.dial(0)
 	if err != nil {
 		return nil, err
 	}
-	b := &batch{req: req, n: n, ends: make([]int, 0, n), doneCh: make(chan struct{}, 1)}
-	conn.send(b)
-	<-b.doneCh
-	if b.err != nil {
-		return nil, b.err
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(p.timeout))
+	if _, err := nc.Write(req); err != nil {
+		return nil, err
+	}
+	b := batch{n: n, ends: make([]int, 0, n)}
+	for range n {
+		if b.out, err = resp.ReadReply(br, b.out); err != nil {
+			return nil, err
+		}
+		b.ends = append(b.ends, len(b.out))
 	}
 	return b.replies(nil), nil
 }
