@@ -23,41 +23,68 @@ import (
 func TestCorpus(t *testing.T) {
 	e := startEnv(t, nil)
 	ref := localredis.StartT(t, localredis.Options{})
-	direct := corpusTarget{addr: ref.Addr(), server: ref.Addr()}
-	proxied := corpusTarget{addr: e.ProxyAddr(), server: e.Redis.Addr()}
+	direct := corpusTarget{addr: ref.Addr(), servers: []string{ref.Addr()}}
+	proxied := corpusTarget{addr: e.ProxyAddr(), servers: []string{e.Redis.Addr()}}
 
 	cases := corpusCases()
-	seen := map[string]bool{}
+	corpusCheckNames(t, cases)
 	ran := 0
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ran++
+			want, got := corpusRunCase(t, c, direct, proxied)
+			for i, s := range c.steps {
+				corpusCompare(t, i, s, want[i], got[i])
+			}
+			corpusCheckServes(t, proxied.addr)
+		})
+	}
+	corpusCheckRan(t, ran, len(cases), 100)
+}
+
+// corpusCheckNames fails the test when two cases share a name.
+func corpusCheckNames(t *testing.T, cases []corpusCase) {
+	t.Helper()
+	seen := map[string]bool{}
 	for _, c := range cases {
 		if seen[c.name] {
 			t.Fatalf("duplicate case name %q", c.name)
 		}
 		seen[c.name] = true
-		t.Run(c.name, func(t *testing.T) {
-			ran++
-			if c.bad != "" {
-				t.Fatal(c.bad)
-			}
-			corpusReset(t, direct.server)
-			corpusReset(t, proxied.server)
-			want := direct.run(t, c.steps)
-			got := proxied.run(t, c.steps)
-			for i, s := range c.steps {
-				corpusCompare(t, i, s, want[i], got[i])
-			}
-			// Whatever the case did to its own connections, the proxy
-			// still serves a new client.
-			if r := dialRaw(t, proxied.addr).do("PING"); r != "+PONG\r\n" {
-				t.Errorf("PING on a new proxy connection after the case: %q", r)
-			}
-		})
 	}
+}
+
+// corpusRunCase empties both targets' servers, then runs the case on the
+// direct target and on the proxied one, and returns their replies.
+func corpusRunCase(t *testing.T, c corpusCase, direct, proxied corpusTarget) (want, got [][]string) {
+	t.Helper()
+	if c.bad != "" {
+		t.Fatal(c.bad)
+	}
+	for _, s := range slices.Concat(direct.servers, proxied.servers) {
+		corpusReset(t, s)
+	}
+	return direct.run(t, c.steps), proxied.run(t, c.steps)
+}
+
+// corpusCheckServes checks that, whatever a case did to its own
+// connections, the proxy still serves a new client.
+func corpusCheckServes(t *testing.T, addr string) {
+	t.Helper()
+	if r := dialRaw(t, addr).do("PING"); r != "+PONG\r\n" {
+		t.Errorf("PING on a new proxy connection after the case: %q", r)
+	}
+}
+
+// corpusCheckRan checks that every case ran, and more than atLeast, unless
+// -run picked some.
+func corpusCheckRan(t *testing.T, ran, total, atLeast int) {
+	t.Helper()
 	if f := flag.Lookup("test.run"); f != nil && strings.Contains(f.Value.String(), "/") {
 		return // a subset of cases was asked for
 	}
-	if ran != len(cases) || ran <= 100 {
-		t.Errorf("%d of %d corpus cases ran; want all of them and more than 100", ran, len(cases))
+	if ran != total || ran <= atLeast {
+		t.Errorf("%d of %d corpus cases ran; want all of them and more than %d", ran, total, atLeast)
 	}
 }
 
@@ -91,9 +118,13 @@ type corpusCase struct {
 	bad   string // a mistake in the table, reported when the case runs
 }
 
-// corpusTarget is where a case runs: clients connect to addr, and server is
-// the redis-server that executes the commands (for FLUSHALL and INFO).
-type corpusTarget struct{ addr, server string }
+// corpusTarget is where a case runs: clients connect to addr, and servers
+// are the redis-servers that execute the commands (emptied before each
+// case, and polled for blocked clients): one, or a cluster's masters.
+type corpusTarget struct {
+	addr    string
+	servers []string
+}
 
 // run executes steps and returns, per step, the replies it read.
 func (tg corpusTarget) run(t *testing.T, steps []corpusStep) [][]string {
@@ -109,7 +140,7 @@ func (tg corpusTarget) run(t *testing.T, steps []corpusStep) [][]string {
 	out := make([][]string, len(steps))
 	for i, s := range steps {
 		if s.wait {
-			corpusWaitBlocked(t, tg.server, s.blocked)
+			corpusWaitBlocked(t, tg.servers, s.blocked)
 		}
 		if s.close {
 			if c := conns[s.conn]; c != nil {
@@ -192,20 +223,31 @@ func corpusReset(t *testing.T, addr string) {
 
 var corpusBlockedRE = regexp.MustCompile(`blocked_clients:(\d+)`)
 
-// corpusWaitBlocked waits until the server at addr has n blocked clients.
-func corpusWaitBlocked(t *testing.T, addr string, n int) {
+// corpusWaitBlocked waits until the servers at addrs have n blocked
+// clients in all.
+func corpusWaitBlocked(t *testing.T, addrs []string, n int) {
 	t.Helper()
-	c := dialRaw(t, addr)
-	defer c.nc.Close()
+	conns := make([]*rawConn, len(addrs))
+	for i, a := range addrs {
+		conns[i] = dialRaw(t, a)
+		defer conns[i].nc.Close()
+	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		info := c.do("INFO", "clients")
-		m := corpusBlockedRE.FindStringSubmatch(info)
-		if m != nil && m[1] == strconv.Itoa(n) {
+		sum, counts := 0, make([]string, len(conns))
+		for i, c := range conns {
+			counts[i] = "?"
+			if m := corpusBlockedRE.FindStringSubmatch(c.do("INFO", "clients")); m != nil {
+				counts[i] = m[1]
+				k, _ := strconv.Atoi(m[1])
+				sum += k
+			}
+		}
+		if sum == n && !slices.Contains(counts, "?") {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %d blocked clients on %s: %q", n, addr, m)
+			t.Fatalf("waiting for %d blocked clients on %v: have %v", n, addrs, counts)
 		}
 		time.Sleep(time.Millisecond)
 	}

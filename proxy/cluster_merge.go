@@ -55,10 +55,16 @@ func (c *clusterCmd) mergeReplies(dst []byte, replies [][]byte) []byte {
 				return append(dst, r...)
 			}
 		}
-		dst = resp.AppendArrayHeader(dst, len(c.order))
+		per, start := max(c.per, 1), len(dst)
+		dst = resp.AppendArrayHeader(dst, len(c.order)*per)
 		for _, p := range c.order {
-			dst = append(dst, elems[p][0]...)
-			elems[p] = elems[p][1:]
+			if len(elems[p]) < per {
+				return resp.AppendError(dst[:start], "ERR hotkeyproxy: short reply from a node")
+			}
+			for _, e := range elems[p][:per] {
+				dst = append(dst, e...)
+			}
+			elems[p] = elems[p][per:]
 		}
 		return dst
 	case mergeSum:
@@ -85,6 +91,9 @@ func (c *clusterCmd) mergeReplies(dst []byte, replies [][]byte) []byte {
 			for i := range have {
 				have[i] = have[i] && i < len(elems) && string(elems[i]) == ":1\r\n"
 			}
+		}
+		for i := range have {
+			have[i] = have[i] || i < len(c.known) && c.known[i]
 		}
 		dst = resp.AppendArrayHeader(dst, len(have))
 		for _, h := range have {

@@ -115,13 +115,27 @@ func (s *session) clusterTx(cmd *resp.Command, name string) bool {
 	}
 	t, slot, ok := s.clusterSlot(cmd, name)
 	if !ok {
-		cs.txDirty = cs.txDirty || s.inMulti
+		cs.txDirty = true
 		return true
 	}
 	if slot < 0 && len(cs.keyIdx) > 0 { // several slots: nothing splits here
 		s.replyError(msgCrossSlot)
-		cs.txDirty = cs.txDirty || s.inMulti
+		cs.txDirty = true
 		return true
+	}
+	switch name {
+	case "cluster", "readonly", "readwrite", "asking":
+		// Queued as a standalone Redis queues them, and failing at EXEC
+		// with its words; never run on the node, whose answer would
+		// name nodes.
+		_, keys, _ := s.srv.cluster.current()
+		if keys.Check(cmd.Args) != nil {
+			s.replyError(s.clusterRefusal(cmd.Args, name))
+			cs.txDirty = true
+			return true
+		}
+		script := "return redis.error_reply('" + msgClusterOff + "')"
+		cmd = &resp.Command{Args: [][]byte{[]byte("EVAL"), []byte(script), []byte("0")}}
 	}
 	switch {
 	case slot >= 0 && cs.txSlot < 0:
@@ -131,27 +145,41 @@ func (s *session) clusterTx(cmd *resp.Command, name string) bool {
 		cs.txSlot = slot
 	case slot >= 0 && slot != cs.txSlot:
 		s.replyError(msgCrossSlot)
-		cs.txDirty = cs.txDirty || s.inMulti
+		cs.txDirty = true
 		return true
-	case slot < 0 && cs.txSlot < 0 && s.inMulti:
+	case slot < 0 && cs.txSlot < 0:
 		cs.txReplay = append(cs.txReplay, rawOf(cmd)...)
 		cs.txReplayN++
 	}
 	switch name {
 	case "exec", "discard":
-		if !s.inMulti {
-			return false // Redis answers "without MULTI"; WATCH stays
-		}
+		s.flush()
+		mark := len(s.out)
 		if name == "exec" && cs.txDirty {
 			s.forward(&resp.Command{Args: [][]byte{[]byte("DISCARD")}})
-			mark := len(s.out)
 			s.flush()
 			s.out = resp.AppendError(s.out[:mark], msgExecAbort)
 		} else {
 			s.forward(cmd)
 			s.flush()
+			if name == "exec" && cs.txName != nil && len(s.out) > mark && s.out[mark] == '*' {
+				s.name = cs.txName // CLIENT SETNAME queued in it ran
+			}
+			if name == "exec" && cs.txHello {
+				s.out = append(s.out[:mark], standaloneHello(s.out[mark:])...)
+			}
 		}
 		s.endTx()
+	case "cluster", "readonly", "readwrite", "asking":
+		s.forward(cmd) // the stand-in, as the replay log has it
+	case "hello":
+		cs.txHello = true
+		return false
+	case "client":
+		if len(cmd.Args) == 3 && strings.EqualFold(string(cmd.Args[1]), "setname") && validName(cmd.Args[2]) {
+			cs.txName = append([]byte{}, cmd.Args[2]...)
+		}
+		return false
 	default:
 		return false
 	}
@@ -161,7 +189,7 @@ func (s *session) clusterTx(cmd *resp.Command, name string) bool {
 // endTx lets the client's commands be routed by slot again.
 func (s *session) endTx() {
 	s.inMulti = false
-	s.cs.hold, s.cs.watching, s.cs.txSlot, s.cs.txDirty = false, false, -1, false
+	s.cs.hold, s.cs.watching, s.cs.txSlot, s.cs.txDirty, s.cs.txName, s.cs.txHello = false, false, -1, false, nil, false
 }
 
 // moveTx moves an open transaction that has seen no key yet to n: it is
@@ -219,14 +247,21 @@ func (s *session) blockOn(cmd *resp.Command) {
 }
 
 // clusterStream starts pub/sub or MONITOR on a node: the node of the shard
-// channel for SSUBSCRIBE, else the home master (cluster pub/sub reaches
-// every node).
-func (s *session) clusterStream(cmd *resp.Command) {
-	t, slot, ok := s.clusterSlot(cmd, strings.ToLower(string(cmd.Args[0])))
+// channel for SSUBSCRIBE, else the first master, which also gets every
+// PUBLISH and PUBSUB, so that their counts of subscribers are right
+// (cluster pub/sub delivers messages on every node, counts per node).
+// UNSUBSCRIBE and the like without a subscription are answered here, as
+// Redis does, so they cost no connection.
+func (s *session) clusterStream(cmd *resp.Command, name string) {
+	if strings.HasSuffix(name, "unsubscribe") {
+		s.reply(unsubscribeReplies(cmd.Args, name))
+		return
+	}
+	t, slot, ok := s.clusterSlot(cmd, name)
 	if !ok {
 		return
 	}
-	n := s.home(t)
+	n := t.masters[0]
 	if slot >= 0 {
 		n = t.slots[slot]
 	}
@@ -235,6 +270,95 @@ func (s *session) clusterStream(cmd *resp.Command) {
 		return
 	}
 	s.startStream()
+	s.clusterStreaming(cmd, name)
+}
+
+// unsubscribeReplies is Redis's reply to an unsubscribe command from a
+// client with no subscriptions: one per channel named, or one with a nil
+// channel.
+func unsubscribeReplies(args [][]byte, name string) []byte {
+	one := func(b []byte, ch []byte) []byte {
+		b = resp.AppendArrayHeader(b, 3)
+		b = resp.AppendBulk(b, []byte(name))
+		if ch == nil {
+			b = resp.AppendNil(b)
+		} else {
+			b = resp.AppendBulk(b, ch)
+		}
+		return append(b, ":0\r\n"...)
+	}
+	if len(args) == 1 {
+		return one(nil, nil)
+	}
+	var b []byte
+	for _, ch := range args[1:] {
+		b = one(b, ch)
+	}
+	return b
+}
+
+// msgSubscribed is Redis 7.0's refusal of a command while subscribed.
+const msgSubscribed = "': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"
+
+// clusterStreaming sends a command of a streaming client to its node. The
+// proxy keeps count of the subscriptions, as Redis does (sets of channels,
+// patterns, shard channels), so that it knows when the last one is gone:
+// the client then leaves the stream and its commands are routed by slot
+// again. While subscribed, a command with keys is refused here, in order
+// with the stream: its node would answer MOVED first.
+func (s *session) clusterStreaming(cmd *resp.Command, name string) {
+	cs := &s.cs
+	switch name {
+	case "subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe":
+		kind := "c" // subscribe, unsubscribe
+		switch name[0] {
+		case 'p', 's':
+			if name != "subscribe" {
+				kind = name[:1]
+			}
+		}
+		if cs.subs == nil {
+			cs.subs = make(map[string]struct{})
+		}
+		for ch := range cs.subs {
+			if len(cmd.Args) == 1 && strings.HasPrefix(ch, kind) {
+				delete(cs.subs, ch)
+			}
+		}
+		for _, ch := range cmd.Args[1:] {
+			if strings.HasSuffix(name, "unsubscribe") {
+				delete(cs.subs, kind+string(ch))
+			} else {
+				cs.subs[kind+string(ch)] = struct{}{}
+			}
+		}
+		s.forward(cmd)
+		if len(cs.subs) == 0 && !cs.monitor {
+			nonce := []byte("hotkeyproxy-stream-end")
+			m := &streamMark{frame: resp.AppendBulk(nil, nonce), stop: true}
+			if !s.streamSync(&resp.Command{Args: [][]byte{[]byte("ECHO"), nonce}}, m) {
+				s.quit = true
+				return
+			}
+			s.endStream()
+		}
+		return
+	case "monitor":
+		cs.monitor = true
+	}
+	if _, keys, err := s.srv.cluster.current(); err == nil && len(cs.subs) > 0 {
+		if cs.keyIdx, _ = keys.Keys(cmd.Args, cs.keyIdx[:0]); len(cs.keyIdx) > 0 {
+			nonce := []byte("hotkeyproxy-stream-sync")
+			frame := resp.AppendBulk(resp.AppendBulk(resp.AppendArrayHeader(nil, 2), []byte("pong")), nonce)
+			if !s.streamSync(&resp.Command{Args: [][]byte{[]byte("PING"), nonce}}, &streamMark{frame: frame}) {
+				s.quit = true
+				return
+			}
+			s.replyError("ERR Can't execute '" + name + msgSubscribed)
+			s.write()
+			return
+		}
+	}
 	s.forward(cmd)
 }
 

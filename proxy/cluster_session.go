@@ -52,6 +52,8 @@ type clusterCmd struct {
 	order    []int   // mergeArray: the part of each key, in order
 	scan     scanPos // mergeScan
 	info     string  // mergeInfo: the proxy's section
+	known    []bool  // mergeAnd: the scripts the proxy can load anywhere
+	per      int     // mergeArray: elements of each key's
 }
 
 // clusterState is what a session keeps for the cluster upstream.
@@ -69,12 +71,19 @@ type clusterState struct {
 	// blocking command is under way there.
 	hold     bool
 	watching bool
-	txSlot   int  // the slot a transaction's keys must be in; -1 while unknown
-	txDirty  bool // a command was refused: EXEC must fail
+	txSlot   int    // the slot a transaction's keys must be in; -1 while unknown
+	txDirty  bool   // a command was refused: EXEC must fail
+	txName   []byte // the name a CLIENT SETNAME queued in it sets
+	txHello  bool   // a HELLO queued in it: its reply says "standalone"
 	// While txSlot is unknown, the transaction so far (MULTI and keyless
 	// commands), to start it again on another node.
 	txReplay  []byte
 	txReplayN int
+
+	// What a streaming client is subscribed to ("c" channels, "p"
+	// patterns, "s" shard channels, then the name), and MONITOR.
+	subs    map[string]struct{}
+	monitor bool
 }
 
 // home is the master a keyless command goes to; clients are spread over
@@ -106,7 +115,7 @@ func (s *session) clusterHandle(cmd *resp.Command, r route, name string) bool {
 	case routeOwn:
 		s.clusterOwn(cmd, name)
 	case routeStream:
-		s.clusterStream(cmd)
+		s.clusterStream(cmd, name)
 	case routeLocal:
 		if name != "select" {
 			return false
@@ -177,13 +186,21 @@ var splits = map[string]bool{
 
 // clusterSplit sends a multi-key command as one command per slot.
 func (s *session) clusterSplit(t *topology, cmd *resp.Command, name string) {
-	kind, pairs := mergeSum, false
+	kind, pairs, per := mergeSum, false, 1
 	switch name {
 	case "mget":
 		kind = mergeArray
+	case "pubsub": // SHARDNUMSUB: a channel and its count for each channel
+		kind, per = mergeArray, 2
 	case "mset":
 		kind, pairs = mergeAll, true
 	}
+	if pairs && len(cmd.Args)%2 == 0 {
+		// A node would check the slots first and answer CROSSSLOT.
+		s.replyError(wrongArity(name))
+		return
+	}
+	prefix := cmd.Args[:s.cs.keyIdx[0]]
 	var slots []int
 	var groups [][][]byte
 	order := make([]int, 0, len(s.cs.keyIdx))
@@ -200,7 +217,7 @@ func (s *session) clusterSplit(t *topology, cmd *resp.Command, name string) {
 		}
 		if g == len(slots) {
 			slots = append(slots, slot)
-			groups = append(groups, [][]byte{cmd.Args[0]})
+			groups = append(groups, append([][]byte(nil), prefix...))
 		}
 		groups[g] = append(groups[g], cmd.Args[i])
 		if pairs {
@@ -209,7 +226,7 @@ func (s *session) clusterSplit(t *topology, cmd *resp.Command, name string) {
 		order = append(order, g)
 	}
 	c := s.addCmd(kind)
-	c.order = order
+	c.order, c.per = order, per
 	for g, slot := range slots {
 		s.queuePart(t.slots[slot], slot, nil, groups[g])
 	}
@@ -251,11 +268,23 @@ func (s *session) clusterKeyless(t *topology, cmd *resp.Command, name string) {
 	case name == "script" && sub == "load":
 		s.learnScript(cmd, name)
 		s.broadcast(t, mergeAll, cmd)
-	case name == "flushall", name == "flushdb", name == "script" && sub == "flush",
+	case name == "script" && sub == "flush":
+		s.srv.cluster.scripts.bodies.Purge()
+		s.broadcast(t, mergeAll, cmd)
+	case name == "flushall", name == "flushdb",
 		name == "function" && (sub == "load" || sub == "delete" || sub == "flush" || sub == "restore"):
 		s.broadcast(t, mergeAll, cmd)
 	case name == "script" && sub == "exists":
-		s.broadcast(t, mergeAnd, cmd)
+		// A script the proxy can load where it is missing exists, as far
+		// as EVALSHA through the proxy goes.
+		c := s.addCmd(mergeAnd)
+		for _, sha := range args[2:] {
+			c.known = append(c.known, s.srv.cluster.scripts.knows(sha))
+		}
+		for _, n := range t.masters {
+			s.queuePart(n, -1, cmd.Raw, cmd.Args)
+		}
+		s.endCmd()
 	case name == "scan" && len(args) > 1:
 		pos, ok := parseScanCursor(t, args[1])
 		if !ok {
@@ -267,6 +296,16 @@ func (s *session) clusterKeyless(t *topology, cmd *resp.Command, name string) {
 		a := append([][]byte{args[0], strconv.AppendUint(nil, pos.cursor, 10)}, args[2:]...)
 		s.queuePart(t.masters[pos.i], -1, nil, a)
 		s.endCmd()
+	case name == "pubsub" && sub == "shardchannels":
+		s.broadcast(t, mergeConcat, cmd)
+	case name == "pubsub" && sub == "shardnumsub" && len(args) > 2:
+		s.cs.keyIdx = s.cs.keyIdx[:0]
+		for i := 2; i < len(args); i++ {
+			s.cs.keyIdx = append(s.cs.keyIdx, i)
+		}
+		s.clusterSplit(t, cmd, name)
+	case name == "publish", name == "pubsub":
+		s.queue(t, t.masters[0], -1, mergeOne, cmd) // where SUBSCRIBE goes
 	case name == "info":
 		c := s.addCmd(mergeInfo)
 		c.info = s.srv.infoSection(args[1:], t)

@@ -34,6 +34,11 @@ func (c scriptCache) learn(body []byte) {
 	}
 }
 
+// knows reports whether the proxy has the script with SHA1 sha.
+func (c scriptCache) knows(sha []byte) bool {
+	return c.bodies.Contains(strings.ToLower(string(sha)))
+}
+
 // loadRequest is SCRIPT LOAD of the script with SHA1 sha (any case, as
 // Redis accepts it), or nil when the proxy never saw that script.
 func (c scriptCache) loadRequest(sha []byte) []byte {

@@ -81,7 +81,7 @@ type session struct {
 	wmu       sync.Mutex // guards writes to nc while streaming
 	relayDone chan struct{}
 	draining  atomic.Bool // relay must leave the client open when Redis closes
-	resetting atomic.Bool // relay stops after passing on +RESET
+	mark      atomic.Pointer[streamMark]
 
 	cs clusterState // cluster mode's routing and transaction state
 
@@ -484,6 +484,33 @@ func (s *session) startStream() {
 	go s.relay(s.own)
 }
 
+// streamMark is a reply relay looks out for: the reply to a request the
+// session sent to learn when everything before it has reached the client.
+type streamMark struct {
+	frame []byte        // the reply
+	pass  bool          // pass it on (RESET's +RESET) or drop it (the proxy's own)
+	stop  bool          // the stream ends with it
+	seen  chan struct{} // closed when relay got there
+}
+
+// streamSync sends req, whose reply is m's frame, and waits until relay has
+// passed on every reply before it; false when the stream broke first.
+func (s *session) streamSync(req *resp.Command, m *streamMark) bool {
+	m.seen = make(chan struct{})
+	s.mark.Store(m)
+	s.forward(req)
+	s.flush()
+	select {
+	case <-m.seen:
+		if m.stop {
+			<-s.relayDone
+		}
+		return true
+	case <-s.relayDone:
+		return false
+	}
+}
+
 func (s *session) relay(own *ownConn) {
 	defer close(s.relayDone)
 	var buf []byte
@@ -491,9 +518,17 @@ func (s *session) relay(own *ownConn) {
 		start := len(buf)
 		var err error
 		buf, err = resp.ReadReply(own.br, buf)
-		if err == nil && s.resetting.Load() && string(buf[start:]) == "+RESET\r\n" {
-			s.relayWrite(buf)
-			return
+		if m := s.mark.Load(); err == nil && m != nil && bytes.Equal(buf[start:], m.frame) {
+			if !m.pass {
+				buf = buf[:start]
+			}
+			buf, err = s.relayWrite(buf)
+			s.mark.Store(nil)
+			close(m.seen)
+			if m.stop || err != nil {
+				return
+			}
+			continue
 		}
 		if err == nil && own.br.Buffered() > 0 && len(buf) < maxPendingOut {
 			continue // more frames are here already: write them together
@@ -579,16 +614,26 @@ func (s *session) handleStreaming(cmd *resp.Command, name []byte) {
 	case "reset":
 		// RESET ends the stream: relay stops after Redis's +RESET, and
 		// the client is back to request and reply on its own connection.
-		s.resetting.Store(true)
-		s.forward(cmd)
-		s.flush()
-		<-s.relayDone
-		s.streaming, s.relayDone = false, nil
-		s.resetting.Store(false)
+		if !s.streamSync(cmd, &streamMark{frame: []byte("+RESET\r\n"), pass: true, stop: true}) {
+			s.quit = true
+			return
+		}
+		s.endStream()
 		s.resetState()
 		return
 	}
+	if s.srv.cluster != nil {
+		s.clusterStreaming(cmd, string(name))
+		return
+	}
 	s.forward(cmd)
+}
+
+// endStream returns the client to request and reply once relay stopped.
+func (s *session) endStream() {
+	s.streaming, s.relayDone = false, nil
+	clear(s.cs.subs)
+	s.cs.monitor = false
 }
 
 // local answers commands whose state the proxy keeps per client.
@@ -754,7 +799,11 @@ func (s *session) hello(args [][]byte) {
 	mark := len(s.out)
 	s.dispatch(&resp.Command{Args: [][]byte{[]byte("HELLO"), []byte("2")}}, "hello")
 	s.flush()
-	s.out = append(s.out[:mark], patchHelloID(s.out[mark:], s.id)...)
+	reply := patchHelloID(s.out[mark:], s.id)
+	if s.srv.cluster != nil {
+		reply = standaloneHello(reply)
+	}
+	s.out = append(s.out[:mark], reply...)
 }
 
 // helloVersionError checks HELLO's protocol version: the proxy relays RESP2
@@ -786,6 +835,12 @@ func patchHelloID(reply []byte, id uint64) []byte {
 	patched := append([]byte(nil), reply[:start]...)
 	patched = strconv.AppendUint(patched, id, 10)
 	return append(patched, reply[end:]...)
+}
+
+// standaloneHello makes the HELLO replies in reply from a cluster node say
+// what clients of the proxy see: one standalone server.
+func standaloneHello(reply []byte) []byte {
+	return bytes.ReplaceAll(reply, []byte("$4\r\nmode\r\n$7\r\ncluster\r\n"), []byte("$4\r\nmode\r\n$10\r\nstandalone\r\n"))
 }
 
 // selectDB answers SELECT by moving the client to the shared connections of
@@ -843,15 +898,23 @@ func (s *session) client(args [][]byte) {
 	}
 }
 
-// setName validates a client name as Redis does: printable ASCII without
-// spaces; empty clears it.
+// setName sets the client's name, or answers why it cannot be one.
 func (s *session) setName(name []byte) bool {
+	if !validName(name) {
+		s.replyError(msgBadName)
+		return false
+	}
+	s.name = append(s.name[:0:0], name...)
+	return true
+}
+
+// validName checks a client name as Redis does: printable ASCII without
+// spaces; empty clears it.
+func validName(name []byte) bool {
 	for _, c := range name {
 		if c < '!' || c > '~' {
-			s.replyError(msgBadName)
 			return false
 		}
 	}
-	s.name = append(s.name[:0:0], name...)
 	return true
 }

@@ -1,13 +1,17 @@
 #!/usr/bin/python3
 """A redis-py session through hotkeyproxy, run by e2e/clients_test.go.
 
-Usage: redis_py_session.py PORT
+Usage: redis_py_session.py PORT [cluster]
 
 Uses redis.Redis (RESP2) as an application would: PING, strings, binary
 values, pipelines with and without MULTI/EXEC, WATCH, register_script with
 its EVALSHA -> SCRIPT LOAD fallback, pub/sub across two connections, SELECT
 through the db option, and server errors as redis.exceptions.ResponseError.
 Prints each step, then OK; any mismatch raises and exits non-zero.
+
+With "cluster" the proxy's upstream is a Redis Cluster: SELECT n gets
+Redis Cluster's error instead, and keys in many slots and transactions on
+one hash tag or across slots are tried too.
 """
 
 import sys
@@ -27,9 +31,10 @@ def step(name):
 
 
 def main():
-    if len(sys.argv) != 2:
-        sys.exit("usage: redis_py_session.py PORT")
+    if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], ["cluster"]):
+        sys.exit("usage: redis_py_session.py PORT [cluster]")
     port = int(sys.argv[1])
+    cluster = sys.argv[2:] == ["cluster"]
     print("redis-py", redis.__version__, flush=True)
 
     def client(**kw):
@@ -214,15 +219,47 @@ def main():
     expect(r.publish("py:chan", "nobody"), 0, "PUBLISH after unsubscribe")
 
     step("select")
-    r5 = client(db=5)
-    expect(r5.set("py:db", "five"), True, "SET in db 5")
-    expect(r5.get("py:db"), b"five", "GET in db 5")
-    expect(r.get("py:db"), None, "db 0 sees db 5's key")
-    p = r5.pipeline(transaction=True)
-    p.incr("py:db:n").incr("py:db:n")
-    expect(p.execute(), [1, 2], "MULTI/EXEC in db 5")
-    expect(r5.dbsize(), 2, "DBSIZE of db 5")
-    expect(r.exists("py:db:n"), 0, "db 0 sees db 5's counter")
+    if cluster:
+        r5 = client(db=5)
+        try:
+            r5.set("py:db", "five")
+            raise AssertionError("a client with db=5 over a cluster did not raise")
+        except ResponseError as e:
+            if "SELECT is not allowed in cluster mode" not in str(e):
+                raise AssertionError("db=5 over a cluster: got %r" % str(e))
+        expect(r.execute_command("SELECT", 0), True, "SELECT 0 over a cluster")
+    else:
+        r5 = client(db=5)
+        expect(r5.set("py:db", "five"), True, "SET in db 5")
+        expect(r5.get("py:db"), b"five", "GET in db 5")
+        expect(r.get("py:db"), None, "db 0 sees db 5's key")
+        p = r5.pipeline(transaction=True)
+        p.incr("py:db:n").incr("py:db:n")
+        expect(p.execute(), [1, 2], "MULTI/EXEC in db 5")
+        expect(r5.dbsize(), 2, "DBSIZE of db 5")
+        expect(r.exists("py:db:n"), 0, "db 0 sees db 5's counter")
+
+    if cluster:
+        step("keys in many slots")
+        keys = ["py:m:%d" % i for i in range(200)]
+        expect(r.mset({k: i for i, k in enumerate(keys)}), True, "MSET over many slots")
+        expect(r.mget(keys + ["py:m:missing"]), [str(i).encode() for i in range(200)] + [None],
+               "MGET over many slots")
+        expect(r.exists(*keys, keys[0]), 201, "EXISTS over many slots")
+        expect(r.delete(*keys[:100]), 100, "DEL over many slots")
+        expect(r.unlink(*keys), 100, "UNLINK over many slots")
+        p = r.pipeline(transaction=True)
+        p.set("py:{t}a", 1).incr("py:{t}a").get("py:{t}b")
+        expect(p.execute(), [True, 2, None], "MULTI/EXEC on one hash tag")
+        p = r.pipeline(transaction=True)
+        p.set("py:{t}a", 1).set("py:{u}b", 2)
+        try:
+            p.execute()
+            raise AssertionError("a transaction across slots did not raise")
+        except ResponseError as e:
+            if "CROSSSLOT" not in str(e):
+                raise AssertionError("transaction across slots: got %r" % str(e))
+        expect(r.get("py:{t}a"), b"2", "key of the refused transaction")
 
     step("client name")
     named = client(client_name="pyclient")

@@ -1,6 +1,6 @@
 // An ioredis session through hotkeyproxy, run by e2e/clients_test.go.
 //
-// Usage: node session.js PORT
+// Usage: node session.js PORT [cluster]
 //
 // Uses ioredis as an application would: PING, strings, binary values,
 // pipelines, MULTI/EXEC with WATCH, defineCommand (EVAL on a connection's
@@ -8,6 +8,10 @@
 // EVALSHA, pub/sub across two connections, SELECT through the db option and
 // the command, auto-pipelining, and server errors as ReplyError. Prints each
 // step, then OK; any mismatch exits non-zero.
+//
+// With "cluster" the proxy's upstream is a Redis Cluster: SELECT n gets
+// Redis Cluster's error instead, and keys in many slots and transactions on
+// one hash tag or across slots are tried too.
 "use strict";
 
 const assert = require("node:assert/strict");
@@ -15,8 +19,9 @@ const Redis = require("ioredis");
 const { ReplyError } = require("ioredis");
 
 const port = Number(process.argv[2]);
-if (!Number.isInteger(port) || port <= 0) {
-  console.error("usage: node session.js PORT");
+const cluster = process.argv[3] === "cluster";
+if (!Number.isInteger(port) || port <= 0 || process.argv.length > 4 || (process.argv[3] !== undefined && !cluster)) {
+  console.error("usage: node session.js PORT [cluster]");
   process.exit(2);
 }
 
@@ -204,19 +209,46 @@ async function main() {
   assert.equal(await pub.publish("js:chan", "nobody"), 0);
 
   step("select");
-  const r4 = client({ db: 4 });
-  assert.equal(await r4.set("js:db", "four"), "OK");
-  assert.equal(await r4.get("js:db"), "four");
-  assert.equal(await r.get("js:db"), null);
-  res = await r4.multi().incr("js:db:n").incr("js:db:n").exec();
-  assert.deepEqual(res, [[null, 1], [null, 2]]);
-  assert.equal(await r4.dbsize(), 2);
-  const sel = client();
-  assert.equal(await sel.select(6), "OK");
-  assert.equal(await sel.set("js:db6", "six"), "OK");
-  assert.equal(await sel.select(4), "OK");
-  assert.equal(await sel.get("js:db"), "four");
-  assert.equal(await sel.get("js:db6"), null);
+  if (cluster) {
+    const sel = client();
+    // ioredis also reports a refused SELECT as a connection error event.
+    sel.removeAllListeners("error");
+    sel.on("error", (err) => {
+      if (!/SELECT is not allowed in cluster mode/.test(err.message)) {
+        console.error("connection error event:", err);
+        process.exitCode = 1;
+      }
+    });
+    await assert.rejects(sel.select(6), isReplyError("ERR SELECT is not allowed in cluster mode"));
+    assert.equal(await sel.select(0), "OK");
+    assert.equal(await sel.get("js:db"), null);
+
+    step("keys in many slots");
+    const keys = Array.from({ length: 200 }, (_, i) => `js:m:${i}`);
+    assert.equal(await r.mset(Object.fromEntries(keys.map((k, i) => [k, String(i)]))), "OK");
+    assert.deepEqual(await r.mget([...keys, "js:m:missing"]), [...keys.map((_, i) => String(i)), null]);
+    assert.equal(await r.exists([...keys, keys[0]]), 201);
+    assert.equal(await r.del(keys.slice(0, 100)), 100);
+    assert.equal(await r.unlink(keys), 100);
+    res = await r.multi().set("js:{t}a", "1").incr("js:{t}a").get("js:{t}b").exec();
+    assert.deepEqual(res, [[null, "OK"], [null, 2], [null, null]]);
+    await assert.rejects(r.multi().set("js:{t}a", "1").set("js:{u}b", "2").exec(), isReplyError("EXECABORT"));
+    assert.equal(await r.get("js:{t}a"), "2");
+  } else {
+    const r4 = client({ db: 4 });
+    assert.equal(await r4.set("js:db", "four"), "OK");
+    assert.equal(await r4.get("js:db"), "four");
+    assert.equal(await r.get("js:db"), null);
+    res = await r4.multi().incr("js:db:n").incr("js:db:n").exec();
+    assert.deepEqual(res, [[null, 1], [null, 2]]);
+    assert.equal(await r4.dbsize(), 2);
+    const sel = client();
+    assert.equal(await sel.select(6), "OK");
+    assert.equal(await sel.set("js:db6", "six"), "OK");
+    assert.equal(await sel.select(4), "OK");
+    assert.equal(await sel.get("js:db"), "four");
+    assert.equal(await sel.get("js:db6"), null);
+  }
 
   step("client name");
   const named = client({ connectionName: "ioclient" });
