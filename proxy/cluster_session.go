@@ -56,15 +56,24 @@ type clusterCmd struct {
 	per      int     // mergeArray: elements of each key's
 }
 
-// clusterState is what a session keeps for the cluster upstream.
-type clusterState struct {
+// roundTripper sends requests to the nodes of a cluster, each to its own,
+// in rounds: all nodes at once, then again for what the cluster
+// redirected, until every request has its final reply.
+type roundTripper struct {
+	c        *clusterUpstream
+	id       uint64 // spreads users over a node's shared connections
 	parts    []clusterPart
-	cmds     []clusterCmd
-	batches  []*nodeBatch // the first round's, reused across pipelines
+	batches  []*nodeBatch // the first round's, reused from run to run
 	used     int          // batches[:used] are in use
 	reqBytes int
-	keyIdx   []int
-	replies  [][]byte
+}
+
+// clusterState is what a session keeps for the cluster upstream.
+type clusterState struct {
+	roundTripper
+	cmds    []clusterCmd
+	keyIdx  []int
+	replies [][]byte
 
 	ownNode *node // the node of session.own
 	// hold keeps requests on own: a transaction (MULTI) or a
@@ -228,7 +237,7 @@ func (s *session) clusterSplit(t *topology, cmd *resp.Command, name string) {
 	c := s.addCmd(kind)
 	c.order, c.per = order, per
 	for g, slot := range slots {
-		s.queuePart(t.slots[slot], slot, nil, groups[g])
+		s.cs.queuePart(t.slots[slot], slot, nil, groups[g])
 	}
 	s.endCmd()
 }
@@ -282,7 +291,7 @@ func (s *session) clusterKeyless(t *topology, cmd *resp.Command, name string) {
 			c.known = append(c.known, s.srv.cluster.scripts.knows(sha))
 		}
 		for _, n := range t.masters {
-			s.queuePart(n, -1, cmd.Raw, cmd.Args)
+			s.cs.queuePart(n, -1, cmd.Raw, cmd.Args)
 		}
 		s.endCmd()
 	case name == "scan" && len(args) > 1:
@@ -294,7 +303,7 @@ func (s *session) clusterKeyless(t *topology, cmd *resp.Command, name string) {
 		c := s.addCmd(mergeScan)
 		c.scan = pos
 		a := append([][]byte{args[0], strconv.AppendUint(nil, pos.cursor, 10)}, args[2:]...)
-		s.queuePart(t.masters[pos.i], -1, nil, a)
+		s.cs.queuePart(t.masters[pos.i], -1, nil, a)
 		s.endCmd()
 	case name == "pubsub" && sub == "shardchannels":
 		s.broadcast(t, mergeConcat, cmd)
@@ -309,7 +318,7 @@ func (s *session) clusterKeyless(t *topology, cmd *resp.Command, name string) {
 	case name == "info":
 		c := s.addCmd(mergeInfo)
 		c.info = s.srv.infoSection(args[1:], t)
-		s.queuePart(s.home(t), -1, cmd.Raw, args)
+		s.cs.queuePart(s.home(t), -1, cmd.Raw, args)
 		s.endCmd()
 	default:
 		s.queue(t, s.home(t), -1, mergeOne, cmd)
@@ -353,7 +362,7 @@ func (s *session) clusterRefusal(args [][]byte, name string) string {
 func (s *session) broadcast(t *topology, kind mergeKind, cmd *resp.Command) {
 	s.addCmd(kind)
 	for _, n := range t.masters {
-		s.queuePart(n, -1, cmd.Raw, cmd.Args)
+		s.cs.queuePart(n, -1, cmd.Raw, cmd.Args)
 	}
 	s.endCmd()
 }
@@ -380,7 +389,7 @@ func (s *session) clusterSelect(args [][]byte) {
 // queue adds a command of one part.
 func (s *session) queue(t *topology, n *node, slot int, kind mergeKind, cmd *resp.Command) {
 	s.addCmd(kind)
-	s.queuePart(n, slot, cmd.Raw, cmd.Args)
+	s.cs.queuePart(n, slot, cmd.Raw, cmd.Args)
 	s.endCmd()
 }
 
@@ -405,25 +414,24 @@ func (s *session) endCmd() {
 }
 
 // queuePart adds a request for node n to the first round: raw as it came,
-// or args when raw is nil.
-func (s *session) queuePart(n *node, slot int, raw []byte, args [][]byte) {
-	cs := &s.cs
-	nb := s.firstRoundBatch(n)
+// or args when raw is nil. slot is what it is routed by, -1 for none.
+func (r *roundTripper) queuePart(n *node, slot int, raw []byte, args [][]byte) {
+	nb := r.firstRoundBatch(n)
 	start := len(nb.req)
 	if raw != nil {
 		nb.req = append(nb.req, raw...)
 	} else {
 		nb.req = resp.AppendCommand(nb.req, args...)
 	}
-	cs.reqBytes += len(nb.req) - start
-	cs.parts = append(cs.parts, clusterPart{nb: nb, start: start, end: len(nb.req), idx: nb.n, slot: slot})
+	r.reqBytes += len(nb.req) - start
+	r.parts = append(r.parts, clusterPart{nb: nb, start: start, end: len(nb.req), idx: nb.n, slot: slot})
 	nb.n++
 }
 
 // firstRoundBatch finds or adds the batch for n among the first round's,
-// which are reused from pipeline to pipeline.
-func (s *session) firstRoundBatch(n *node) *nodeBatch {
-	cs := &s.cs
+// which are reused from run to run.
+func (r *roundTripper) firstRoundBatch(n *node) *nodeBatch {
+	cs := r
 	for _, nb := range cs.batches[:cs.used] {
 		if nb.node == n {
 			return nb
@@ -439,15 +447,27 @@ func (s *session) firstRoundBatch(n *node) *nodeBatch {
 	return nb
 }
 
+// run sends the queued requests and follows the redirections, until every
+// part has its final reply.
+func (r *roundTripper) run() {
+	round := r.batches[:r.used]
+	for round != nil {
+		r.sendRound(round)
+		round = r.collectRound()
+	}
+}
+
+// reset forgets the parts of the last run.
+func (r *roundTripper) reset() {
+	clear(r.parts)
+	r.parts, r.used, r.reqBytes = r.parts[:0], 0, 0
+}
+
 // clusterRoundTrip sends the queued commands, follows redirections, and
 // appends the merged replies to out in the client's order.
 func (s *session) clusterRoundTrip() {
 	cs := &s.cs
-	round := cs.batches[:cs.used]
-	for round != nil {
-		s.sendRound(round)
-		round = s.collectRound()
-	}
+	cs.run()
 	for i := range cs.cmds {
 		c := &cs.cmds[i]
 		cs.replies = cs.replies[:0]
@@ -457,19 +477,19 @@ func (s *session) clusterRoundTrip() {
 		s.out = c.mergeReplies(s.out, cs.replies)
 	}
 	clear(cs.cmds)
-	clear(cs.parts)
 	clear(cs.replies)
-	cs.cmds, cs.parts, cs.used, cs.reqBytes = cs.cmds[:0], cs.parts[:0], 0, 0
+	cs.cmds = cs.cmds[:0]
+	cs.reset()
 }
 
 // sendRound sends every batch of a round at once and waits for them all.
-func (s *session) sendRound(round []*nodeBatch) {
+func (r *roundTripper) sendRound(round []*nodeBatch) {
 	for _, nb := range round {
 		nb.out, nb.ends, nb.done, nb.okLen, nb.err = nb.out[:0], nb.ends[:0], 0, 0, nil
 		if nb.ends == nil {
 			nb.ends = make([]int, 0, nb.n)
 		}
-		conn, err := nb.node.pool.get(0, s.id)
+		conn, err := nb.node.pool.get(0, r.id)
 		if err != nil {
 			nb.err = err
 			nb.doneCh <- struct{}{}
@@ -480,7 +500,7 @@ func (s *session) sendRound(round []*nodeBatch) {
 	for _, nb := range round {
 		<-nb.doneCh
 		if nb.err != nil {
-			s.srv.cluster.refresh()
+			r.c.refresh()
 		}
 	}
 }
@@ -493,8 +513,8 @@ func (s *session) sendRound(round []*nodeBatch) {
 // was), so the client gets Redis's TRYAGAIN. MOVED and ASK need no such
 // care: the node answers every later command for the slot, or for the same
 // missing keys, with the same redirection, so they are retried in order.
-func (s *session) collectRound() []*nodeBatch {
-	cs := &s.cs
+func (r *roundTripper) collectRound() []*nodeBatch {
+	cs := r
 	type retry struct {
 		part   int
 		target *node
@@ -518,7 +538,7 @@ func (s *session) collectRound() []*nodeBatch {
 		} else {
 			p.reply = resp.AppendError(nil, errorText(nb.err))
 		}
-		target, first, again := s.redirect(p)
+		target, first, again := r.redirect(p)
 		switch {
 		case target == nil:
 			if p.slot >= 0 {
@@ -537,12 +557,12 @@ func (s *session) collectRound() []*nodeBatch {
 	}
 	var next []*nodeBatch
 	var wait time.Duration
-	for _, r := range retries {
-		p := &cs.parts[r.part]
-		if last, ok := ran[p.slot]; ok && r.again && last > r.part {
+	for _, rt := range retries {
+		p := &cs.parts[rt.part]
+		if last, ok := ran[p.slot]; ok && rt.again && last > rt.part {
 			continue // Redis's TRYAGAIN stands
 		}
-		if r.again {
+		if rt.again {
 			p.waits++
 			wait = max(wait, retryBaseDelay<<(p.waits-1))
 		} else {
@@ -550,16 +570,16 @@ func (s *session) collectRound() []*nodeBatch {
 		}
 		var rb *nodeBatch
 		for _, b := range next {
-			if b.node == r.target {
+			if b.node == rt.target {
 				rb = b
 			}
 		}
 		if rb == nil {
-			rb = &nodeBatch{node: r.target, batch: batch{doneCh: make(chan struct{}, 1)}}
+			rb = &nodeBatch{node: rt.target, batch: batch{doneCh: make(chan struct{}, 1)}}
 			next = append(next, rb)
 		}
-		if r.first != nil {
-			rb.req = append(rb.req, r.first...)
+		if rt.first != nil {
+			rb.req = append(rb.req, rt.first...)
 			rb.n++
 		}
 		start := len(rb.req)
@@ -580,8 +600,8 @@ var askingReq = resp.AppendCommand(nil, []byte("ASKING"))
 // load. It returns the node to send the part to next and a request to send
 // before it (ASKING, SCRIPT LOAD), whose reply is dropped; a nil target
 // means the reply is final.
-func (s *session) redirect(p *clusterPart) (target *node, first []byte, again bool) {
-	c := s.srv.cluster
+func (r *roundTripper) redirect(p *clusterPart) (target *node, first []byte, again bool) {
+	c := r.c
 	if addr, asking := parseRedirect(p.reply); addr != "" {
 		if asking {
 			return c.node(addr), askingReq, false

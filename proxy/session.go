@@ -100,6 +100,7 @@ func newSession(srv *Server, nc net.Conn, id uint64) *session {
 	s.w = newClientWriter(nc, int(srv.cfg.Limits.QueryBuffer))
 	s.b.doneCh = make(chan struct{}, 1)
 	s.cs.txSlot = -1
+	s.cs.c, s.cs.id = srv.cluster, id
 	return s
 }
 
@@ -502,13 +503,17 @@ func (s *session) streamSync(req *resp.Command, m *streamMark) bool {
 	s.flush()
 	select {
 	case <-m.seen:
-		if m.stop {
-			<-s.relayDone
-		}
-		return true
 	case <-s.relayDone:
-		return false
+		select {
+		case <-m.seen: // it stopped there, as m asked
+		default:
+			return false
+		}
 	}
+	if m.stop {
+		<-s.relayDone
+	}
+	return true
 }
 
 func (s *session) relay(own *ownConn) {
