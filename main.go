@@ -4,6 +4,7 @@
 //	hotkeyproxy [--config proxy.yaml] [--listen addr] [--upstream a,b] [--upstream-mode m]
 //	hotkeyproxy --check-config proxy.yaml
 //	hotkeyproxy demo
+//	hotkeyproxy bench seckill [flags]
 package main
 
 import (
@@ -32,6 +33,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "demo" {
 		return runDemo(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "bench" {
+		return runBench(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("hotkeyproxy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -39,6 +43,7 @@ func run(args []string, stdout, stderr io.Writer) int {
   hotkeyproxy [flags]                    serve (defaults, or --config FILE)
   hotkeyproxy --check-config FILE [flags]  validate FILE with the flags applied, then exit
   hotkeyproxy demo [--listen addr]       a proxy in front of a Redis it starts itself
+  hotkeyproxy bench seckill [flags]      a flash sale against any address (--help)
 flags:
 `)
 		fs.PrintDefaults()

@@ -52,9 +52,11 @@ const (
 		"transaction's other commands run in db 0; the reference queues SELECT 0 instead"
 	whyScan = "a SCAN cursor through the proxy names the master it is at (issue 3 §4), so a first " +
 		"page ends with the first master (slots 0-5460) and a cursor to the next, never 0"
-	whyOneDB = "Redis Cluster refuses MOVE, SWAPDB and COPY … DB n: a cluster has one db"
-	whySort  = "Redis Cluster refuses SORT BY/GET patterns, whose keys may be in any slot"
-	whyWait  = "WAIT counts the replicas of the node a connection writes to; the proxy refuses it " +
+	whyOneDB         = "Redis Cluster refuses MOVE, SWAPDB and COPY … DB n: a cluster has one db"
+	whySubscribeInTx = "SUBSCRIBE queued in MULTI would turn the transaction's node connection into a " +
+		"subscriber the proxy cannot route for; refused in cluster mode, so EXEC aborts"
+	whySort = "Redis Cluster refuses SORT BY/GET patterns, whose keys may be in any slot"
+	whyWait = "WAIT counts the replicas of the node a connection writes to; the proxy refuses it " +
 		"in cluster mode with an -ERR naming it (DESIGN.md: what it cannot support)"
 	whyNoEvict = "CLIENT NO-EVICT would have to follow the client to every node; refused in " +
 		"cluster mode with an -ERR naming it"
@@ -140,6 +142,9 @@ func clusterCorpusDiffs(l *clusterLayout) map[string]clusterDiff {
 			cross(0, `EVAL "return {KEYS[1],KEYS[2],ARGV[1],ARGV[2]}" 2 k1 k2 a1 a2`)}},
 		"multi/runtime-error-inside": {why: whyCrossSlotTx, steps: []clusterStepDiff{
 			{step: 3, sent: "SET t 1", reply: crossSlotReply, ref: refAbortTx}}},
+		"multi/subscribe-inside": {why: whySubscribeInTx, steps: []clusterStepDiff{
+			{step: 1, sent: "SUBSCRIBE ch", reply: "-ERR hotkeyproxy: SUBSCRIBE inside MULTI is not supported in cluster mode\r\n", ref: refAbortTx},
+			{step: 2, sent: "EXEC", reply: "-EXECABORT Transaction discarded because of previous errors.\r\n", ref: []string{"EXEC"}}}},
 		"multi/watch-unwatch": {why: whyCrossSlot, steps: []clusterStepDiff{
 			cross(0, "WATCH a b")}},
 		"multi/select-inside": {why: whySelectInTx, steps: []clusterStepDiff{

@@ -3,6 +3,7 @@ package proxy
 import (
 	"math/rand/v2"
 	"strconv"
+	"strings"
 
 	"github.com/hotkeyproxy/hotkeyproxy/cluster"
 	"github.com/hotkeyproxy/hotkeyproxy/resp"
@@ -135,7 +136,11 @@ func (c *clusterCmd) mergeReplies(dst []byte, replies [][]byte) []byte {
 		if !ok {
 			return append(dst, replies[0]...)
 		}
-		return resp.AppendBulk(dst, append(append([]byte(nil), text...), c.info...))
+		info := c.info
+		if len(text) == 0 {
+			info = strings.TrimPrefix(info, "\r\n")
+		}
+		return resp.AppendBulk(dst, append(append([]byte(nil), text...), info...))
 	}
 	return append(dst, replies[0]...) // mergeAll
 }

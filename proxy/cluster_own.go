@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/hotkeyproxy/hotkeyproxy/cluster"
 	"github.com/hotkeyproxy/hotkeyproxy/resp"
 )
 
@@ -28,6 +29,11 @@ func (s *session) ownOn(n *node) bool {
 	if s.own != nil {
 		s.own.nc.Close()
 		s.setOwn(nil)
+		if s.cs.watching {
+			// The watch went with the connection: the transaction it
+			// guards must fail, as if a watched key had changed.
+			s.cs.watching, s.cs.watchLost = false, true
+		}
 	}
 	if !s.pin(n.pool) {
 		return false
@@ -83,15 +89,16 @@ func (s *session) clusterOwn(cmd *resp.Command, name string) {
 			return
 		}
 		s.flush()
+		if name != "watch" && s.cs.watching && t.slots[slot] != s.cs.ownNode {
+			s.blockAside(cmd, t.slots[slot])
+			return
+		}
 		if !s.ownOn(t.slots[slot]) {
 			return
 		}
 		s.cs.hold = true
 		if name == "watch" {
-			mark := len(s.out)
-			s.forward(cmd)
-			s.flush()
-			if string(s.out[mark:]) == "+OK\r\n" {
+			if s.ownFollow(cmd) == "+OK\r\n" {
 				s.cs.watching, s.cs.txSlot = true, slot
 			}
 		} else {
@@ -123,6 +130,17 @@ func (s *session) clusterTx(cmd *resp.Command, name string) bool {
 		cs.txDirty = true
 		return true
 	}
+	switch {
+	case name == "watch":
+		// Redis's refusal; the transaction goes on (a node would answer
+		// MOVED first for a key of another slot).
+		s.replyError("ERR WATCH inside MULTI is not allowed")
+		return true
+	case routes[name] == routeStream, spansCluster(name, cmd.Args):
+		s.replyError("ERR hotkeyproxy: " + refusedName(cmd.Args) + " inside MULTI is not supported in cluster mode")
+		cs.txDirty = true
+		return true
+	}
 	switch name {
 	case "cluster", "readonly", "readwrite", "asking":
 		// Queued as a standalone Redis queues them, and failing at EXEC
@@ -143,6 +161,8 @@ func (s *session) clusterTx(cmd *resp.Command, name string) bool {
 			return true
 		}
 		cs.txSlot = slot
+		s.txFirstKey(cmd)
+		return true
 	case slot >= 0 && slot != cs.txSlot:
 		s.replyError(msgCrossSlot)
 		cs.txDirty = true
@@ -155,11 +175,16 @@ func (s *session) clusterTx(cmd *resp.Command, name string) bool {
 	case "exec", "discard":
 		s.flush()
 		mark := len(s.out)
-		if name == "exec" && cs.txDirty {
+		switch {
+		case name == "exec" && cs.txDirty:
 			s.forward(&resp.Command{Args: [][]byte{[]byte("DISCARD")}})
 			s.flush()
 			s.out = resp.AppendError(s.out[:mark], msgExecAbort)
-		} else {
+		case name == "exec" && cs.watchLost:
+			s.forward(&resp.Command{Args: [][]byte{[]byte("DISCARD")}})
+			s.flush()
+			s.out = append(s.out[:mark], "*-1\r\n"...)
+		default:
 			s.forward(cmd)
 			s.flush()
 			if name == "exec" && cs.txName != nil && len(s.out) > mark && s.out[mark] == '*' {
@@ -189,7 +214,8 @@ func (s *session) clusterTx(cmd *resp.Command, name string) bool {
 // endTx lets the client's commands be routed by slot again.
 func (s *session) endTx() {
 	s.inMulti = false
-	s.cs.hold, s.cs.watching, s.cs.txSlot, s.cs.txDirty, s.cs.txName, s.cs.txHello = false, false, -1, false, nil, false
+	s.cs.hold, s.cs.watching, s.cs.watchLost, s.cs.txSlot = false, false, false, -1
+	s.cs.txDirty, s.cs.txName, s.cs.txHello = false, nil, false
 }
 
 // moveTx moves an open transaction that has seen no key yet to n: it is
@@ -214,6 +240,62 @@ func (s *session) moveTx(n *node) bool {
 		s.quit = true
 	}
 	return ok
+}
+
+// txFirstKey sends the first keyed command of a transaction and checks
+// the node took it: with a stale slot map it answers MOVED, and the
+// transaction moves to the node named, its replies already given.
+func (s *session) txFirstKey(cmd *resp.Command) {
+	for try := 0; ; try++ {
+		s.flush()
+		mark := len(s.out)
+		s.forward(cmd)
+		s.flush()
+		addr, asking := parseRedirect(s.out[mark:])
+		if addr == "" || asking || try == maxHops || s.quit {
+			return
+		}
+		s.out = s.out[:mark]
+		s.srv.cluster.refresh()
+		if !s.moveTx(s.srv.cluster.node(addr)) {
+			return
+		}
+	}
+}
+
+// ownFollow sends cmd on own and returns its reply, following MOVED to
+// the node named when the slot map is stale (WATCH).
+func (s *session) ownFollow(cmd *resp.Command) string {
+	for try := 0; ; try++ {
+		mark := len(s.out)
+		s.forward(cmd)
+		s.flush()
+		addr, asking := parseRedirect(s.out[mark:])
+		if addr == "" || asking || try == maxHops || s.quit {
+			return string(s.out[mark:])
+		}
+		s.out = s.out[:mark]
+		s.srv.cluster.refresh()
+		if !s.ownOn(s.srv.cluster.node(addr)) {
+			return ""
+		}
+	}
+}
+
+// blockAside runs a blocking command on another node than the one whose
+// connection holds the client's WATCH, on a connection of its own for the
+// time, so that the watch stays.
+func (s *session) blockAside(cmd *resp.Command, n *node) {
+	watch, watchNode := s.own, s.cs.ownNode
+	s.setOwn(nil)
+	if s.ownOn(n) {
+		s.cs.hold = true
+		s.blockOn(cmd)
+		s.cs.hold = false
+		s.own.nc.Close()
+	}
+	s.setOwn(watch)
+	s.cs.ownNode = watchNode
 }
 
 // blockOn sends a blocking command on own, following the redirections of
@@ -269,6 +351,22 @@ func (s *session) clusterStream(cmd *resp.Command, name string) {
 	if !s.ownOn(n) {
 		return
 	}
+	if name == "ssubscribe" {
+		// The first reply says whether the map was right: a stale one
+		// gets MOVED, followed here before the stream starts.
+		s.cs.hold = true
+		reply := s.ownFollow(cmd)
+		s.cs.hold = false
+		if !strings.HasPrefix(reply, "*3\r\n") {
+			return
+		}
+		s.startStream()
+		s.cs.subs = map[string]struct{}{}
+		for _, ch := range cmd.Args[1:] {
+			s.cs.subs["s"+string(ch)] = struct{}{}
+		}
+		return
+	}
 	s.startStream()
 	s.clusterStreaming(cmd, name)
 }
@@ -310,37 +408,37 @@ func (s *session) clusterStreaming(cmd *resp.Command, name string) {
 	cs := &s.cs
 	switch name {
 	case "subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe":
+		unsub := strings.HasSuffix(name, "unsubscribe")
 		kind := "c" // subscribe, unsubscribe
-		switch name[0] {
-		case 'p', 's':
-			if name != "subscribe" {
-				kind = name[:1]
-			}
+		if name[0] == 'p' || name[0] == 's' && name != "subscribe" {
+			kind = name[:1]
+		}
+		if kind == "s" && !s.shardChannelsHere(cmd.Args[1:]) {
+			s.streamReplyError(msgCrossSlot)
+			return
 		}
 		if cs.subs == nil {
 			cs.subs = make(map[string]struct{})
 		}
-		for ch := range cs.subs {
-			if len(cmd.Args) == 1 && strings.HasPrefix(ch, kind) {
-				delete(cs.subs, ch)
+		switch {
+		case unsub && len(cmd.Args) == 1:
+			for ch := range cs.subs {
+				if strings.HasPrefix(ch, kind) {
+					delete(cs.subs, ch)
+				}
 			}
-		}
-		for _, ch := range cmd.Args[1:] {
-			if strings.HasSuffix(name, "unsubscribe") {
+		case unsub:
+			for _, ch := range cmd.Args[1:] {
 				delete(cs.subs, kind+string(ch))
-			} else {
+			}
+		default:
+			for _, ch := range cmd.Args[1:] {
 				cs.subs[kind+string(ch)] = struct{}{}
 			}
 		}
 		s.forward(cmd)
 		if len(cs.subs) == 0 && !cs.monitor {
-			nonce := []byte("hotkeyproxy-stream-end")
-			m := &streamMark{frame: resp.AppendBulk(nil, nonce), stop: true}
-			if !s.streamSync(&resp.Command{Args: [][]byte{[]byte("ECHO"), nonce}}, m) {
-				s.quit = true
-				return
-			}
-			s.endStream()
+			s.tryEndStream()
 		}
 		return
 	case "monitor":
@@ -348,18 +446,59 @@ func (s *session) clusterStreaming(cmd *resp.Command, name string) {
 	}
 	if _, keys, err := s.srv.cluster.current(); err == nil && len(cs.subs) > 0 {
 		if cs.keyIdx, _ = keys.Keys(cmd.Args, cs.keyIdx[:0]); len(cs.keyIdx) > 0 {
-			nonce := []byte("hotkeyproxy-stream-sync")
-			frame := resp.AppendBulk(resp.AppendBulk(resp.AppendArrayHeader(nil, 2), []byte("pong")), nonce)
-			if !s.streamSync(&resp.Command{Args: [][]byte{[]byte("PING"), nonce}}, &streamMark{frame: frame}) {
-				s.quit = true
-				return
-			}
-			s.replyError("ERR Can't execute '" + name + msgSubscribed)
-			s.write()
+			s.streamReplyError("ERR Can't execute '" + name + msgSubscribed)
 			return
 		}
 	}
 	s.forward(cmd)
+}
+
+// shardChannelsHere reports whether shard channels are served by the node
+// the client streams from: one connection cannot follow channels on
+// several masters.
+func (s *session) shardChannelsHere(channels [][]byte) bool {
+	t, _, err := s.srv.cluster.current()
+	if err != nil {
+		return true // the node will say
+	}
+	for _, ch := range channels {
+		if t.slots[cluster.Slot(ch)] != s.cs.ownNode {
+			return false
+		}
+	}
+	return true
+}
+
+// streamReplyError answers a streaming client with an error of the
+// proxy's, after every reply to what it sent before.
+func (s *session) streamReplyError(msg string) {
+	nonce := []byte("hotkeyproxy-stream-sync")
+	frame := resp.AppendBulk(resp.AppendBulk(resp.AppendArrayHeader(nil, 2), []byte("pong")), nonce)
+	if !s.streamSync(&resp.Command{Args: [][]byte{[]byte("PING"), nonce}}, &streamMark{frame: frame}) {
+		s.quit = true
+		return
+	}
+	s.replyError(msg)
+	s.write()
+}
+
+// tryEndStream ends the stream once the proxy counts no subscription
+// left: an ECHO comes back when Redis agrees; while Redis still counts
+// one, it refuses the ECHO and the stream goes on.
+func (s *session) tryEndStream() {
+	nonce := []byte("hotkeyproxy-stream-end")
+	m := &streamMark{
+		frame: resp.AppendBulk(nil, nonce),
+		stop:  true,
+		alt:   resp.AppendError(nil, "ERR Can't execute 'echo"+msgSubscribed),
+	}
+	if !s.streamSync(&resp.Command{Args: [][]byte{[]byte("ECHO"), nonce}}, m) {
+		s.quit = true
+		return
+	}
+	if !m.altHit {
+		s.endStream()
+	}
 }
 
 // killEverywhere sends SCRIPT KILL or FUNCTION KILL to every master on

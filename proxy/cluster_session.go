@@ -84,6 +84,10 @@ type clusterState struct {
 	txDirty  bool   // a command was refused: EXEC must fail
 	txName   []byte // the name a CLIENT SETNAME queued in it sets
 	txHello  bool   // a HELLO queued in it: its reply says "standalone"
+	// The connection that held a WATCH was given up (a blocking command
+	// or a subscription on another node): EXEC fails as if a watched key
+	// had changed.
+	watchLost bool
 	// While txSlot is unknown, the transaction so far (MULTI and keyless
 	// commands), to start it again on another node.
 	txReplay  []byte
@@ -212,6 +216,7 @@ func (s *session) clusterSplit(t *topology, cmd *resp.Command, name string) {
 	prefix := cmd.Args[:s.cs.keyIdx[0]]
 	var slots []int
 	var groups [][][]byte
+	group := make(map[int]int)
 	order := make([]int, 0, len(s.cs.keyIdx))
 	for _, i := range s.cs.keyIdx {
 		slot := int(cluster.Slot(cmd.Args[i]))
@@ -220,11 +225,10 @@ func (s *session) clusterSplit(t *topology, cmd *resp.Command, name string) {
 			s.replyError(msgSlotNotServed)
 			return
 		}
-		g := 0
-		for g < len(slots) && slots[g] != slot {
-			g++
-		}
-		if g == len(slots) {
+		g, ok := group[slot]
+		if !ok {
+			g = len(slots)
+			group[slot] = g
 			slots = append(slots, slot)
 			groups = append(groups, append([][]byte(nil), prefix...))
 		}
@@ -240,6 +244,24 @@ func (s *session) clusterSplit(t *topology, cmd *resp.Command, name string) {
 		s.cs.queuePart(t.slots[slot], slot, nil, groups[g])
 	}
 	s.endCmd()
+}
+
+// spansCluster reports the keyless commands that act on every master, so
+// they cannot run inside a transaction, which is on one.
+func spansCluster(name string, args [][]byte) bool {
+	sub := ""
+	if len(args) > 1 {
+		sub = strings.ToLower(string(args[1]))
+	}
+	switch name {
+	case "dbsize", "keys", "randomkey", "flushall", "flushdb", "scan":
+		return true
+	case "script":
+		return sub == "load" || sub == "flush" || sub == "exists"
+	case "function":
+		return sub == "load" || sub == "delete" || sub == "flush" || sub == "restore"
+	}
+	return false
 }
 
 // clusterKeyless routes a command without keys: answered here, sent to
@@ -268,6 +290,10 @@ func (s *session) clusterKeyless(t *topology, cmd *resp.Command, name string) {
 		s.reply(resp.AppendBulk(nil, args[1]))
 	case name == "cluster", name == "readonly", name == "readwrite", name == "asking":
 		s.replyError(s.clusterRefusal(args, name))
+	case name == "role" && len(args) == 1:
+		// A node's answer names its replicas; one standalone master
+		// without any is what clients see.
+		s.reply([]byte("*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n"))
 	case name == "dbsize":
 		s.broadcast(t, mergeSum, cmd)
 	case name == "keys":

@@ -19,7 +19,7 @@ const (
 var routes = map[string]route{
 	"auth": routeLocal, "hello": routeLocal, "quit": routeLocal,
 	"select": routeLocal, "reset": routeLocal, "client": routeLocal,
-	"config": routeLocal,
+	"config": routeLocal, "proxy": routeLocal,
 
 	// Transactions keep state on the connection until EXEC or UNWATCH.
 	"multi": routeOwn, "watch": routeOwn,

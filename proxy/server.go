@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
+	"github.com/hotkeyproxy/hotkeyproxy/keyspec"
+	"github.com/hotkeyproxy/hotkeyproxy/rewrite"
 )
 
 // Server is the client-facing side of the proxy: it accepts connections,
@@ -18,8 +20,10 @@ import (
 type Server struct {
 	cfg     *config.Config
 	log     *slog.Logger
-	pool    *pool            // standalone mode
-	cluster *clusterUpstream // cluster mode
+	pool    *pool                         // standalone mode
+	cluster *clusterUpstream              // cluster mode
+	keys    atomic.Pointer[keyspec.Table] // standalone mode, once asked
+	hot     *rewrite.Engine               // nil without hot keys
 
 	closing atomic.Bool
 	nextID  atomic.Uint64
@@ -50,6 +54,9 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		s.cluster = newClusterUpstream(&cfg.Upstream, log)
 	default:
 		return nil, fmt.Errorf("proxy: unknown upstream.mode %q", cfg.Upstream.Mode)
+	}
+	if len(cfg.Hotkeys.Keys) > 0 {
+		s.hot = rewrite.New(hotUpstream{s}, cfg)
 	}
 	return s, nil
 }

@@ -221,6 +221,9 @@ func (s *session) handle(cmd *resp.Command) {
 		s.handleStreaming(cmd, name)
 		return
 	}
+	if s.hotCommand(cmd, string(name)) {
+		return
+	}
 	if s.srv.cluster != nil && s.clusterHandle(cmd, r, string(name)) {
 		return
 	}
@@ -232,9 +235,20 @@ func (s *session) handle(cmd *resp.Command) {
 		}
 		s.local(cmd, string(name))
 	case routeShared:
+		if s.inMulti && string(name) == "exec" && s.cs.txDirty {
+			// A hot key was refused inside it: it fails as a
+			// transaction with a refused command does in Redis.
+			s.flush()
+			mark := len(s.out)
+			s.forward(&resp.Command{Args: [][]byte{[]byte("DISCARD")}})
+			s.flush()
+			s.out = resp.AppendError(s.out[:mark], msgExecAbort)
+			s.endTx()
+			return
+		}
 		s.forward(cmd)
 		if s.inMulti && (string(name) == "exec" || string(name) == "discard") {
-			s.inMulti = false
+			s.endTx()
 		}
 	case routeOwn:
 		if s.own == nil && !s.pin(s.srv.pool) {
@@ -492,6 +506,10 @@ type streamMark struct {
 	pass  bool          // pass it on (RESET's +RESET) or drop it (the proxy's own)
 	stop  bool          // the stream ends with it
 	seen  chan struct{} // closed when relay got there
+	// alt is another reply that ends the wait, but not the stream: Redis
+	// refusing the request because the client is still subscribed.
+	alt    []byte
+	altHit bool // set by relay before seen is closed
 }
 
 // streamSync sends req, whose reply is m's frame, and waits until relay has
@@ -510,7 +528,7 @@ func (s *session) streamSync(req *resp.Command, m *streamMark) bool {
 			return false
 		}
 	}
-	if m.stop {
+	if m.stop && !m.altHit {
 		<-s.relayDone
 	}
 	return true
@@ -523,17 +541,21 @@ func (s *session) relay(own *ownConn) {
 		start := len(buf)
 		var err error
 		buf, err = resp.ReadReply(own.br, buf)
-		if m := s.mark.Load(); err == nil && m != nil && bytes.Equal(buf[start:], m.frame) {
-			if !m.pass {
-				buf = buf[:start]
+		if m := s.mark.Load(); err == nil && m != nil {
+			frame := buf[start:]
+			m.altHit = m.alt != nil && bytes.Equal(frame, m.alt)
+			if m.altHit || bytes.Equal(frame, m.frame) {
+				if !m.pass || m.altHit {
+					buf = buf[:start]
+				}
+				buf, err = s.relayWrite(buf)
+				s.mark.Store(nil)
+				close(m.seen)
+				if m.stop && !m.altHit || err != nil {
+					return
+				}
+				continue
 			}
-			buf, err = s.relayWrite(buf)
-			s.mark.Store(nil)
-			close(m.seen)
-			if m.stop || err != nil {
-				return
-			}
-			continue
 		}
 		if err == nil && own.br.Buffered() > 0 && len(buf) < maxPendingOut {
 			continue // more frames are here already: write them together
@@ -668,6 +690,8 @@ func (s *session) local(cmd *resp.Command, name string) {
 		s.reply([]byte("+RESET\r\n"))
 	case "client":
 		s.client(args)
+	case "proxy":
+		s.proxyCommand(args)
 	case "config":
 		if s.inMulti {
 			s.replyError(msgConfigHidden)

@@ -1,0 +1,328 @@
+package rewrite
+
+import (
+	"bytes"
+	"strconv"
+	"strings"
+
+	"github.com/hotkeyproxy/hotkeyproxy/config"
+	"github.com/hotkeyproxy/hotkeyproxy/resp"
+)
+
+// Error replies with Redis 7.0's texts.
+const (
+	msgNotInteger = "ERR value is not an integer or out of range"
+	msgSyntax     = "ERR syntax error"
+)
+
+// Do answers a command on the hot key args[keyAt], as a plain key holding
+// the sum of the buckets would answer it, or with a clear error. client
+// identifies the connection, for route: client. The caller has split
+// multi-key commands so that the hot key is their only key.
+func (e *Engine) Do(args [][]byte, keyAt int, client uint64) []byte {
+	name := lower(args[0])
+	h := e.key(args[keyAt])
+	switch name {
+	case "get":
+		return e.get(h)
+	case "set":
+		return e.set(h, args)
+	case "incr", "decr", "incrby", "decrby":
+		return e.add(h, name, args, client)
+	case "eval", "evalsha", "eval_ro", "evalsha_ro":
+		return e.script(h, name, args, client)
+	case "del", "unlink":
+		return e.del(h, args)
+	case "exists", "touch", "ttl", "pttl", "expiretime", "pexpiretime", "type":
+		return e.up.Do([]Request{{Key: args[keyAt], Args: args}})[0]
+	case "expire", "pexpire", "expireat", "pexpireat", "persist":
+		return e.expire(h, args)
+	case "incrbyfloat":
+		return errReply(h.name, "INCRBYFLOAT is not supported on it: its buckets hold integers")
+	}
+	return errReply(h.name, strings.ToUpper(name)+" is not supported on it")
+}
+
+// get answers GET: the sum, a bulk string as Redis gives a counter's value.
+func (e *Engine) get(h *hotKey) []byte {
+	l, st, fail := e.load(h, false)
+	switch st {
+	case stateFailed:
+		return fail
+	case stateMissing:
+		return resp.AppendNil(nil)
+	case stateOther:
+		key := []byte(h.name)
+		return e.up.Do([]Request{{Key: key, Args: [][]byte{[]byte("GET"), key}}})[0]
+	}
+	sum, fail := e.readBuckets(h, l)
+	if fail != nil {
+		return fail
+	}
+	return resp.AppendBulk(nil, strconv.AppendInt(nil, sum, 10))
+}
+
+// set answers SET k n [options]: n is split over the buckets, n/N each and
+// the remainder one each on the first buckets (contract 1). The options
+// are Redis's to check and apply, on the key itself, whose layout the SET
+// writes; the buckets get the same expiry.
+func (e *Engine) set(h *hotKey, args [][]byte) []byte {
+	if len(args) < 3 {
+		return resp.AppendError(nil, "ERR wrong number of arguments for 'set' command")
+	}
+	total, ok := resp.ParseInt(args[2])
+	if !ok {
+		return errReply(h.name, "its value must be an integer")
+	}
+	var nx, xx, get bool
+	var expiry [][]byte
+	for i := 3; i < len(args); i++ {
+		switch o := strings.ToUpper(string(args[i])); o {
+		case "NX":
+			nx = true
+		case "XX":
+			xx = true
+		case "GET":
+			get = true
+		case "KEEPTTL":
+			expiry = append(expiry, args[i])
+		case "EX", "PX", "EXAT", "PXAT":
+			if i+1 < len(args) {
+				expiry = append(expiry, args[i], args[i+1])
+				i++
+			}
+		}
+	}
+	l, st, fail := e.load(h, false)
+	switch st {
+	case stateFailed:
+		return fail
+	case stateHot:
+	default:
+		masters, owner := e.up.Placement()
+		l = Place(h.name, e.buckets(h), masters, owner)
+	}
+	var old []byte
+	if get && st == stateHot {
+		sum, fail := e.readBuckets(h, l)
+		if fail != nil {
+			return fail
+		}
+		old = resp.AppendBulk(nil, strconv.AppendInt(nil, sum, 10))
+	}
+	key := []byte(h.name)
+	setMarker := append([][]byte{[]byte("SET"), key, l.Marker()}, args[3:]...)
+	r := e.up.Do([]Request{{Key: key, Args: setMarker}})[0]
+	if resp.IsError(r) {
+		return r
+	}
+	var wasSet bool // with GET, the reply is the old value: NX and XX say
+	switch {
+	case !get:
+		wasSet = string(r) == "+OK\r\n"
+	case nx:
+		wasSet = string(r) == "$-1\r\n"
+	case xx:
+		wasSet = string(r) != "$-1\r\n"
+	default:
+		wasSet = true
+	}
+	if get && st != stateHot {
+		old = r // the plain value it held, or nil
+	}
+	if wasSet {
+		if fail := e.split(h, l, total, expiry); fail != nil {
+			return fail
+		}
+	}
+	switch {
+	case get:
+		return old
+	case wasSet:
+		return []byte("+OK\r\n")
+	}
+	return resp.AppendNil(nil)
+}
+
+// split writes total over the buckets of l.
+func (e *Engine) split(h *hotKey, l *Layout, total int64, expiry [][]byte) []byte {
+	n := int64(l.N())
+	share, rest := total/n, total%n
+	reqs := make([]Request, n)
+	for i := range reqs {
+		v := share
+		switch {
+		case int64(i) < rest:
+			v++
+		case int64(i) < -rest:
+			v--
+		}
+		b := l.Bucket(i)
+		reqs[i] = Request{Key: b, Args: append([][]byte{[]byte("SET"), b, strconv.AppendInt(nil, v, 10)}, expiry...)}
+	}
+	for _, r := range e.up.Do(reqs) {
+		if resp.IsError(r) {
+			return r
+		}
+	}
+	if h.layout.Load() != l || len(h.last) != l.N() {
+		e.adopt(h, l)
+	} else {
+		e.readBuckets(h, l)
+	}
+	h.soldAt.Store(0)
+	return nil
+}
+
+// add answers INCR, DECR, INCRBY, DECRBY: the sum changes exactly as a
+// plain key's (contract 4), and the reply is the new sum as this proxy
+// sees it. Its sign is always right for this command: a decrement the
+// buckets covered never looks negative, one they could not always does,
+// so "DECR; if < 0, INCR back" stays exact.
+func (e *Engine) add(h *hotKey, name string, args [][]byte, client uint64) []byte {
+	delta := int64(1)
+	switch name {
+	case "incrby", "decrby":
+		if len(args) != 3 {
+			return resp.AppendError(nil, "ERR wrong number of arguments for '"+name+"' command")
+		}
+		var ok bool
+		if delta, ok = resp.ParseInt(args[2]); !ok {
+			return resp.AppendError(nil, msgNotInteger)
+		}
+	default:
+		if len(args) != 2 {
+			return resp.AppendError(nil, "ERR wrong number of arguments for '"+name+"' command")
+		}
+	}
+	if name == "decr" || name == "decrby" {
+		if delta == -1<<63 {
+			return resp.AppendError(nil, "ERR decrement would overflow")
+		}
+		delta = -delta
+	}
+	l, st, fail := e.load(h, true)
+	switch st {
+	case stateFailed:
+		return fail
+	case stateOther:
+		return resp.AppendError(nil, msgNotInteger)
+	}
+	if delta >= 0 {
+		if delta > 0 {
+			if fail := e.incrBy(h, l, delta, client); fail != nil {
+				return fail
+			}
+		}
+		return resp.AppendInt(nil, h.estimate())
+	}
+	covered, fail := e.decrBy(h, l, -delta, client)
+	if fail != nil {
+		return fail
+	}
+	sum := h.estimate()
+	if covered {
+		sum = max(sum, 0)
+	} else {
+		sum = min(sum, -1)
+	}
+	return resp.AppendInt(nil, sum)
+}
+
+// script answers EVAL/EVALSHA of a declared deduct script on the hot key:
+// remaining stock on success, the declared sold-out value otherwise, as
+// the script would on a plain key holding the sum (contract 3).
+func (e *Engine) script(h *hotKey, name string, args [][]byte, client uint64) []byte {
+	var s *config.Script
+	if strings.HasPrefix(name, "evalsha") {
+		s = e.scripts[strings.ToLower(string(args[1]))]
+	} else {
+		s = e.Script(args[1])
+	}
+	if s == nil {
+		return errReply(h.name, "only the deduct scripts declared in proxy.yaml can run on it")
+	}
+	if n, ok := resp.ParseInt(args[2]); !ok || n != 1 {
+		return errReply(h.name, "a deduct script must name it as its only key")
+	}
+	amount := s.Amount.Const
+	if s.Amount.ArgvIndex > 0 {
+		i := 3 + s.Amount.ArgvIndex
+		var ok bool
+		if i >= len(args) {
+			return errReply(h.name, "script "+s.Name+" needs ARGV["+strconv.Itoa(s.Amount.ArgvIndex)+"], the amount")
+		}
+		if amount, ok = resp.ParseInt(args[i]); !ok || amount < 1 {
+			return errReply(h.name, "script "+s.Name+" needs a positive integer amount in ARGV["+strconv.Itoa(s.Amount.ArgvIndex)+"]")
+		}
+	}
+	soldout := resp.AppendInt(nil, s.Soldout)
+	if e.soldOut(h, amount) {
+		return soldout
+	}
+	l, st, fail := e.load(h, false)
+	switch st {
+	case stateFailed:
+		return fail
+	case stateMissing:
+		return soldout
+	case stateOther:
+		return errReply(h.name, "it holds a value that is not an integer")
+	}
+	ok, fail := e.deduct(h, l, amount, client)
+	switch {
+	case fail != nil:
+		return fail
+	case !ok:
+		return soldout
+	}
+	return resp.AppendInt(nil, max(h.estimate(), 0))
+}
+
+// del answers DEL and UNLINK: the key and its buckets go.
+func (e *Engine) del(h *hotKey, args [][]byte) []byte {
+	l, st, fail := e.load(h, false)
+	key := []byte(h.name)
+	reqs := []Request{{Key: key, Args: [][]byte{args[0], key}}}
+	switch st {
+	case stateFailed:
+		return fail
+	case stateHot:
+		for i := 0; i < l.N(); i++ {
+			b := l.Bucket(i)
+			reqs = append(reqs, Request{Key: b, Args: [][]byte{args[0], b}})
+		}
+	}
+	replies := e.up.Do(reqs)
+	h.layout.Store(nil)
+	h.soldAt.Store(0)
+	return replies[0]
+}
+
+// expire answers EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT and PERSIST: on the
+// key, whose reply it is, then the same on the buckets when it applied.
+func (e *Engine) expire(h *hotKey, args [][]byte) []byte {
+	key := []byte(h.name)
+	r := e.up.Do([]Request{{Key: key, Args: args}})[0]
+	if !bytes.Equal(r, []byte(":1\r\n")) {
+		return r
+	}
+	l, st, fail := e.load(h, false)
+	if st == stateFailed {
+		return fail
+	}
+	if st != stateHot {
+		return r
+	}
+	reqs := make([]Request, l.N())
+	for i := range reqs {
+		b := l.Bucket(i)
+		reqs[i] = Request{Key: b, Args: append([][]byte{args[0], b}, args[2:]...)}
+	}
+	for _, br := range e.up.Do(reqs) {
+		if resp.IsError(br) {
+			return br
+		}
+	}
+	return r
+}

@@ -1,0 +1,427 @@
+package rewrite
+
+import (
+	"bytes"
+	"crypto/sha1"
+	"encoding/hex"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hotkeyproxy/hotkeyproxy/config"
+	"github.com/hotkeyproxy/hotkeyproxy/hotkey"
+	"github.com/hotkeyproxy/hotkeyproxy/resp"
+)
+
+// Request is one command for Redis, routed by the slot of Key.
+type Request struct {
+	Key  []byte
+	Args [][]byte
+}
+
+// Upstream is how the engine reaches Redis.
+type Upstream interface {
+	// Do sends each request to the master serving its key's slot, all at
+	// once, and returns the raw replies in order; a request that could
+	// not be sent gets an error reply.
+	Do(reqs []Request) [][]byte
+	// Placement reports the masters serving slots now: how many, and the
+	// index of the one serving a slot (-1 for none). A standalone server
+	// is one master serving every slot.
+	Placement() (masters int, owner func(slot uint16) int)
+	// Node names the node serving slot, for PROXY HOTKEYS.
+	Node(slot uint16) string
+}
+
+// recheck bounds how long the engine trusts what it last saw of the
+// buckets (their values, "sold out"): another proxy's give-back is seen
+// within it.
+const recheck = time.Second
+
+// Engine answers the commands on hot keys. Safe for concurrent use.
+type Engine struct {
+	up         Upstream
+	registry   *hotkey.Registry
+	scripts    map[string]*config.Script // declared deduct scripts by SHA1
+	soldoutTTL time.Duration
+	standalone bool
+
+	mu   sync.Mutex
+	keys map[string]*hotKey
+}
+
+// New returns an engine for cfg's hot keys and deduct scripts.
+func New(up Upstream, cfg *config.Config) *Engine {
+	e := &Engine{
+		up:         up,
+		registry:   hotkey.NewRegistry(cfg.Hotkeys.Keys),
+		scripts:    make(map[string]*config.Script),
+		soldoutTTL: cfg.Hotkeys.SoldoutTTL.Duration(),
+		standalone: cfg.Upstream.Mode == config.ModeStandalone,
+		keys:       make(map[string]*hotKey),
+	}
+	for i := range cfg.Scripts {
+		e.scripts[cfg.Scripts[i].SHA1()] = &cfg.Scripts[i]
+	}
+	for _, r := range cfg.Hotkeys.Keys {
+		if !strings.ContainsAny(r.Match, `*?[\`) {
+			e.key([]byte(r.Match)) // listed by PROXY HOTKEYS from the start
+		}
+	}
+	return e
+}
+
+// Hot reports whether key is held as buckets.
+func (e *Engine) Hot(key []byte) bool {
+	_, ok := e.registry.Lookup(key)
+	return ok
+}
+
+// Script is the declared deduct script with this body, if any.
+func (e *Engine) Script(body []byte) *config.Script {
+	sum := sha1.Sum(body)
+	return e.scripts[hex.EncodeToString(sum[:])]
+}
+
+// hotKey is what the engine keeps of one hot key. Redis holds the truth;
+// all of this only saves round trips.
+type hotKey struct {
+	name   string
+	rule   config.KeyRule
+	layout atomic.Pointer[Layout] // nil until read or made
+	last   []atomic.Int64         // last value seen of each bucket
+	seen   atomic.Int64           // unix nanos of the last full read
+	// Sold out: a deduct of soldAmount found no stock at soldAt (nanos).
+	soldAt     atomic.Int64
+	soldAmount atomic.Int64
+}
+
+func (e *Engine) key(k []byte) *hotKey {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	h := e.keys[string(k)]
+	if h == nil {
+		rule, _ := e.registry.Lookup(k)
+		h = &hotKey{name: string(k), rule: rule}
+		e.keys[h.name] = h
+	}
+	return h
+}
+
+// buckets is the number of buckets a new layout of h gets.
+func (e *Engine) buckets(h *hotKey) int {
+	if h.rule.Buckets > 0 {
+		return h.rule.Buckets
+	}
+	if e.standalone {
+		return config.DefaultStandaloneBuckets
+	}
+	m, _ := e.up.Placement()
+	return max(m, config.MinBuckets)
+}
+
+// errReply is an error reply for a hot key, naming it.
+func errReply(key, why string) []byte {
+	return resp.AppendError(nil, "ERR hotkeyproxy: '"+key+"' is a hot key held as buckets; "+why)
+}
+
+// state of a hot key in Redis, as load finds it.
+type state int
+
+const (
+	stateMissing state = iota // the key does not exist
+	stateHot                  // it holds a layout
+	stateOther                // it holds something that is not an integer
+	stateFailed               // Redis could not be asked
+)
+
+// load reads the key and makes sure it is held as buckets: a layout is
+// read; a plain integer is converted; a missing key gets a layout when
+// create is set (INCR, SET…), which is what a first write does to a
+// plain key. fail is the reply to give when the state is stateFailed.
+func (e *Engine) load(h *hotKey, create bool) (l *Layout, st state, fail []byte) {
+	if l = h.layout.Load(); l != nil {
+		seen := h.seen.Load()
+		// One caller rechecks the layout when it is old; the others go
+		// on with it meanwhile.
+		if time.Since(time.Unix(0, seen)) < recheck || !h.seen.CompareAndSwap(seen, time.Now().UnixNano()) {
+			return l, stateHot, nil
+		}
+	}
+	key := []byte(h.name)
+	r := e.up.Do([]Request{{Key: key, Args: [][]byte{[]byte("GET"), key}}})[0]
+	v, ok := resp.BulkValue(r)
+	switch {
+	case resp.IsError(r):
+		return nil, stateFailed, r
+	case ok && IsMarker(v):
+		if l, err := ParseMarker(h.name, v); err == nil {
+			e.adopt(h, l)
+			return l, stateHot, nil
+		}
+		return nil, stateOther, nil
+	case !ok && !create:
+		h.layout.Store(nil)
+		return nil, stateMissing, nil
+	}
+	// A plain value, or a missing key to create: a layout for it, made
+	// atomic with the value's move into bucket 0.
+	masters, owner := e.up.Placement()
+	l = Place(h.name, e.buckets(h), masters, owner)
+	b0 := l.Bucket(0)
+	r = e.eval(scriptConvert, key, [][]byte{key, b0}, l.Marker(), []byte(markerPrefix))
+	code, _, ok := pair(r)
+	switch {
+	case !ok:
+		return nil, stateFailed, r
+	case code == -1:
+		return nil, stateOther, nil
+	case code == 2: // another proxy made it meanwhile
+		return e.load(h, create)
+	case code == 0: // missing: create it empty
+		r = e.up.Do([]Request{{Key: key, Args: [][]byte{[]byte("SET"), key, l.Marker(), []byte("NX")}}})[0]
+		if resp.IsError(r) {
+			return nil, stateFailed, r
+		}
+		if string(r) != "+OK\r\n" {
+			return e.load(h, create) // someone else did
+		}
+	}
+	e.adopt(h, l)
+	return l, stateHot, nil
+}
+
+// adopt takes l as h's layout and reads every bucket's value.
+func (e *Engine) adopt(h *hotKey, l *Layout) {
+	if old := h.layout.Load(); old == nil || old.N() != l.N() || len(h.last) != l.N() {
+		e.mu.Lock()
+		if len(h.last) != l.N() {
+			h.last = make([]atomic.Int64, l.N())
+		}
+		e.mu.Unlock()
+	}
+	h.layout.Store(l)
+	e.readBuckets(h, l)
+}
+
+// readBuckets refreshes what h knows of every bucket and returns the sum.
+func (e *Engine) readBuckets(h *hotKey, l *Layout) (sum int64, fail []byte) {
+	reqs := make([]Request, l.N())
+	for i := range reqs {
+		b := l.Bucket(i)
+		reqs[i] = Request{Key: b, Args: [][]byte{[]byte("GET"), b}}
+	}
+	for i, r := range e.up.Do(reqs) {
+		if resp.IsError(r) {
+			return 0, r
+		}
+		v := int64(0)
+		if b, ok := resp.BulkValue(r); ok {
+			v, _ = resp.ParseInt(b)
+		}
+		h.last[i].Store(v)
+		sum += v
+	}
+	h.seen.Store(time.Now().UnixNano())
+	if sum > 0 && sum >= h.soldAmount.Load() {
+		h.soldAt.Store(0)
+	}
+	return sum, nil
+}
+
+// estimate is the sum of the last values seen.
+func (h *hotKey) estimate() int64 {
+	var sum int64
+	for i := range h.last {
+		sum += h.last[i].Load()
+	}
+	return sum
+}
+
+// eval runs a bucket script on the node of route: EVALSHA, then EVAL when
+// the node has not got it.
+func (e *Engine) eval(s *bucketScript, route []byte, keys [][]byte, argv ...[]byte) []byte {
+	args := append([][]byte{[]byte("EVALSHA"), s.sha, []byte(strconv.Itoa(len(keys)))}, keys...)
+	args = append(args, argv...)
+	r := e.up.Do([]Request{{Key: route, Args: args}})[0]
+	if bytes.HasPrefix(r, []byte("-NOSCRIPT")) {
+		args[0], args[1] = []byte("EVAL"), s.body
+		r = e.up.Do([]Request{{Key: route, Args: args}})[0]
+	}
+	return r
+}
+
+// pair reads a script's {a, b} reply.
+func pair(r []byte) (a, b int64, ok bool) {
+	elems, ok := resp.ArrayElems(r, nil)
+	if !ok || len(elems) != 2 {
+		return 0, 0, false
+	}
+	a, ok1 := resp.IntValue(elems[0])
+	b, ok2 := resp.IntValue(elems[1])
+	return a, b, ok1 && ok2
+}
+
+// startBucket is where a deduct begins: random, or fixed per client.
+func (h *hotKey) startBucket(n int, client uint64) int {
+	if h.rule.Route == config.RouteClient {
+		return int(client % uint64(n))
+	}
+	return rand.IntN(n)
+}
+
+// soldOut reports whether a deduct of amount can be answered "sold out"
+// without Redis: one was, within soldout_ttl. When that has expired, one
+// caller goes to Redis to find out again while the others keep the
+// answer, so a storm of requests after the sell-out costs one round trip
+// per ttl, not one each.
+func (e *Engine) soldOut(h *hotKey, amount int64) bool {
+	at := h.soldAt.Load()
+	if at == 0 || e.soldoutTTL <= 0 || amount < h.soldAmount.Load() {
+		return false
+	}
+	if time.Since(time.Unix(0, at)) < e.soldoutTTL {
+		return true
+	}
+	// Expired: the caller that moves soldAt on checks; the rest wait on
+	// its answer, which comes within one round trip.
+	return !h.soldAt.CompareAndSwap(at, time.Now().UnixNano())
+}
+
+// deduct takes amount from one bucket that holds it: first the buckets
+// last seen holding enough, in ring order from the start bucket; when none
+// does, it reads every bucket at once (one round trip) and tries those
+// that hold enough now; when none alone does but together they do, it
+// gathers it from several, giving back what it took if they no longer
+// can. "Sold out" is only ever concluded from what Redis just said, never
+// from what this proxy remembers, so another proxy's give-back is never
+// missed. ok is false when sold out.
+func (e *Engine) deduct(h *hotKey, l *Layout, amount int64, client uint64) (ok bool, fail []byte) {
+	n := l.N()
+	start := h.startBucket(n, client)
+	amt := []byte(strconv.FormatInt(amount, 10))
+	try := func(b int) (bool, []byte) {
+		key := l.Bucket(b)
+		r := e.eval(scriptDeduct, key, [][]byte{key}, amt)
+		got, v, ok := pair(r)
+		if !ok {
+			return false, r
+		}
+		h.last[b].Store(v)
+		return got == 1, nil
+	}
+	for pass := 0; pass < 2; pass++ {
+		if pass == 1 {
+			if _, fail := e.readBuckets(h, l); fail != nil {
+				return false, fail
+			}
+		}
+		for i := 0; i < n; i++ {
+			b := (start + i) % n
+			if h.last[b].Load() < amount {
+				continue
+			}
+			if ok, fail := try(b); ok || fail != nil {
+				return ok, fail
+			}
+		}
+	}
+	if h.estimate() >= amount {
+		taken, fail := e.gather(h, l, start, amount)
+		if fail != nil || taken == amount {
+			return fail == nil, fail
+		}
+		e.giveBack(h, l, start, taken)
+	}
+	h.soldAmount.Store(amount)
+	h.soldAt.Store(time.Now().UnixNano())
+	return false, nil
+}
+
+// gather takes up to amount from the buckets' stock, going round the ring
+// from start, and returns how much it took.
+func (e *Engine) gather(h *hotKey, l *Layout, start int, amount int64) (taken int64, fail []byte) {
+	n := l.N()
+	for i := 0; i < n && taken < amount; i++ {
+		b := (start + i) % n
+		key := l.Bucket(b)
+		r := e.eval(scriptTake, key, [][]byte{key}, []byte(strconv.FormatInt(amount-taken, 10)))
+		t, v, ok := pair(r)
+		if !ok {
+			e.giveBack(h, l, start, taken)
+			return 0, r
+		}
+		h.last[b].Store(v)
+		taken += t
+	}
+	return taken, nil
+}
+
+// giveBack returns what a gather took that cannot be used: to the bucket
+// the gather started at, which is as good as any.
+func (e *Engine) giveBack(h *hotKey, l *Layout, start int, taken int64) {
+	if taken == 0 {
+		return
+	}
+	key := l.Bucket(start)
+	r := e.up.Do([]Request{{Key: key, Args: [][]byte{[]byte("INCRBY"), key, []byte(strconv.FormatInt(taken, 10))}}})[0]
+	if v, ok := resp.IntValue(r); ok {
+		h.last[start].Store(v)
+	}
+}
+
+// decrBy takes amount (> 0) from the buckets that have stock and records
+// the shortfall, if they cannot cover it all, on bucket 0, which goes
+// negative: the sum changes exactly as a plain key's would (contract 4),
+// and the stock left is nothing until the debt is repaid. covered is false
+// when there was a shortfall.
+func (e *Engine) decrBy(h *hotKey, l *Layout, amount int64, client uint64) (covered bool, fail []byte) {
+	if ok, fail := e.deduct(h, l, amount, client); ok || fail != nil {
+		return ok, fail
+	}
+	taken, fail := e.gather(h, l, h.startBucket(l.N(), client), amount)
+	if fail != nil || taken == amount {
+		return fail == nil, fail
+	}
+	key := l.Bucket(0)
+	r := e.up.Do([]Request{{Key: key, Args: [][]byte{[]byte("DECRBY"), key, []byte(strconv.FormatInt(amount-taken, 10))}}})[0]
+	v, ok := resp.IntValue(r)
+	if !ok {
+		return false, r
+	}
+	h.last[0].Store(v)
+	return false, nil
+}
+
+// incrBy gives amount (> 0) back: to a negative bucket 0 first, the rest
+// to a bucket of its own.
+func (e *Engine) incrBy(h *hotKey, l *Layout, amount int64, client uint64) (fail []byte) {
+	key := l.Bucket(0)
+	if h.last[0].Load() <= 0 { // maybe negative: what was seen may be stale
+		r := e.eval(scriptRepay, key, [][]byte{key}, []byte(strconv.FormatInt(amount, 10)))
+		repaid, v, ok := pair(r)
+		if !ok {
+			return r
+		}
+		h.last[0].Store(v)
+		amount -= repaid
+	}
+	if amount > 0 {
+		b := h.startBucket(l.N(), client)
+		key = l.Bucket(b)
+		r := e.up.Do([]Request{{Key: key, Args: [][]byte{[]byte("INCRBY"), key, []byte(strconv.FormatInt(amount, 10))}}})[0]
+		v, ok := resp.IntValue(r)
+		if !ok {
+			return r
+		}
+		h.last[b].Store(v)
+	}
+	h.soldAt.Store(0) // stock is back
+	return nil
+}
+
+// lower is an ASCII lower-case copy of a command name.
+func lower(b []byte) string { return strings.ToLower(string(b)) }

@@ -1,0 +1,109 @@
+package rewrite
+
+import (
+	"bytes"
+	"errors"
+	"strconv"
+
+	"github.com/hotkeyproxy/hotkeyproxy/cluster"
+)
+
+// markerPrefix starts the value a hot key's own key holds in place of its
+// value: the layout. It is not an integer, so a proxy that does not know
+// the key is hot fails on it (DECR: "value is not an integer", the deduct
+// scripts: a Lua error) instead of acting on a stale plain value, and a
+// GET that returns it tells any proxy to read the buckets (contract 9).
+const markerPrefix = "hotkeyproxy-layout:1:"
+
+// Layout is how a hot key is held: its buckets' hash tags, in bucket order.
+// Bucket i is the key "{tag_i}key#i", so its name contains the key, and its
+// slot is the tag's, whatever hash tag the key itself has.
+type Layout struct {
+	Key  string
+	Tags []string
+}
+
+// N is the number of buckets.
+func (l *Layout) N() int { return len(l.Tags) }
+
+// Bucket is the key of bucket i.
+func (l *Layout) Bucket(i int) []byte {
+	b := make([]byte, 0, len(l.Tags[i])+len(l.Key)+6)
+	b = append(b, '{')
+	b = append(b, l.Tags[i]...)
+	b = append(b, '}')
+	b = append(b, l.Key...)
+	b = append(b, '#')
+	return strconv.AppendInt(b, int64(i), 10)
+}
+
+// Marker is the value the key holds: the prefix and the tags, space
+// separated (tags are decimal numbers).
+func (l *Layout) Marker() []byte {
+	b := []byte(markerPrefix)
+	for i, t := range l.Tags {
+		if i > 0 {
+			b = append(b, ' ')
+		}
+		b = append(b, t...)
+	}
+	return b
+}
+
+// IsMarker reports whether a key's value is a layout.
+func IsMarker(v []byte) bool { return bytes.HasPrefix(v, []byte(markerPrefix)) }
+
+var errBadMarker = errors.New("rewrite: malformed layout")
+
+// ParseMarker reads the layout a key's value holds.
+func ParseMarker(key string, v []byte) (*Layout, error) {
+	if !IsMarker(v) {
+		return nil, errBadMarker
+	}
+	fields := bytes.Fields(v[len(markerPrefix):])
+	if len(fields) < 1 {
+		return nil, errBadMarker
+	}
+	l := &Layout{Key: key, Tags: make([]string, len(fields))}
+	for i, f := range fields {
+		if _, err := strconv.ParseUint(string(f), 10, 32); err != nil {
+			return nil, errBadMarker
+		}
+		l.Tags[i] = string(f)
+	}
+	return l, nil
+}
+
+// Place makes the layout of a new hot key of n buckets over the masters
+// that serve slots now: masters of them, owner(slot) the index of the one
+// serving slot. Bucket 0 shares the key's slot, so that one script can
+// turn a plain value into buckets atomically; bucket i goes to the master
+// i places after the key's, so each master holds ⌊n/masters⌋ or
+// ⌈n/masters⌉ buckets. No two buckets share a slot when there are slots
+// enough, so migrating one slot moves one bucket.
+func Place(key string, n, masters int, owner func(slot uint16) int) *Layout {
+	keySlot := cluster.Slot([]byte(key))
+	first := owner(keySlot)
+	l := &Layout{Key: key, Tags: make([]string, n)}
+	used := make(map[uint16]bool, n)
+	find := func(ok func(slot uint16) bool) string {
+		for t := 0; ; t++ {
+			tag := strconv.Itoa(t)
+			// Past a million tags, a master with fewer free slots than
+			// buckets (or none) takes a shared or any slot.
+			s := cluster.Slot([]byte(tag))
+			if t > 1<<21 || ok(s) && (!used[s] || t > 1<<20) {
+				used[s] = true
+				return tag
+			}
+		}
+	}
+	// Bucket 0's tag must hash to the key's slot exactly: about one tag
+	// in 16384 does, found in well under a millisecond.
+	l.Tags[0] = find(func(s uint16) bool { return s == keySlot })
+	for i := 1; i < n; i++ {
+		m := (first + i) % masters
+		l.Tags[i] = find(func(s uint16) bool { return owner(s) == m })
+	}
+	return l
+}

@@ -1,0 +1,82 @@
+package rewrite
+
+import (
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/hotkeyproxy/hotkeyproxy/cluster"
+	"github.com/hotkeyproxy/hotkeyproxy/resp"
+)
+
+// Report is the reply to PROXY HOTKEYS: for each hot key this proxy has
+// met, read fresh from Redis, an array of
+//
+//	key, <key>, buckets, <n>, sum, <sum>, sold_out, yes|no,
+//	bucket_keys, [<key>…], nodes, [<host:port>…], values, [<value>…]
+//
+// so that redis-cli shows it as a list of fields; a key that does not
+// exist now has buckets 0.
+func (e *Engine) Report() []byte {
+	e.mu.Lock()
+	names := make([]string, 0, len(e.keys))
+	for k := range e.keys {
+		names = append(names, k)
+	}
+	e.mu.Unlock()
+	slices.Sort(names)
+	out := resp.AppendArrayHeader(nil, len(names))
+	for _, k := range names {
+		h := e.key([]byte(k))
+		h.seen.Store(0) // read it afresh
+		l, st, fail := e.load(h, false)
+		if st == stateFailed {
+			out = append(out, fail...)
+			continue
+		}
+		var sum int64
+		var values []int64
+		if st == stateHot {
+			if sum, fail = e.readBuckets(h, l); fail != nil {
+				out = append(out, fail...)
+				continue
+			}
+			for i := range h.last {
+				values = append(values, h.last[i].Load())
+			}
+		}
+		out = resp.AppendArrayHeader(out, 14)
+		out = field(out, "key", []byte(k))
+		n := 0
+		if l != nil && st == stateHot {
+			n = l.N()
+		}
+		out = field(out, "buckets", strconv.AppendInt(nil, int64(n), 10))
+		out = field(out, "sum", strconv.AppendInt(nil, sum, 10))
+		sold := "no"
+		if at := h.soldAt.Load(); at != 0 && time.Since(time.Unix(0, at)) < e.soldoutTTL {
+			sold = "yes"
+		}
+		out = field(out, "sold_out", []byte(sold))
+		out = resp.AppendBulk(out, []byte("bucket_keys"))
+		out = resp.AppendArrayHeader(out, n)
+		for i := 0; i < n; i++ {
+			out = resp.AppendBulk(out, l.Bucket(i))
+		}
+		out = resp.AppendBulk(out, []byte("nodes"))
+		out = resp.AppendArrayHeader(out, n)
+		for i := 0; i < n; i++ {
+			out = resp.AppendBulk(out, []byte(e.up.Node(cluster.Slot(l.Bucket(i)))))
+		}
+		out = resp.AppendBulk(out, []byte("values"))
+		out = resp.AppendArrayHeader(out, len(values))
+		for _, v := range values {
+			out = resp.AppendBulk(out, strconv.AppendInt(nil, v, 10))
+		}
+	}
+	return out
+}
+
+func field(out []byte, name string, v []byte) []byte {
+	return resp.AppendBulk(resp.AppendBulk(out, []byte(name)), v)
+}
