@@ -1,11 +1,13 @@
 package main
 
 import (
+	_ "embed"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
 	"github.com/hotkeyproxy/hotkeyproxy/localredis"
@@ -24,6 +26,14 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg := config.Default()
 	cfg.Listen = *listen
+	shipped, err := config.Parse(shippedConfig)
+	if err != nil {
+		fmt.Fprintln(stderr, "hotkeyproxy demo: the shipped proxy.yaml:", err)
+		return 1
+	}
+	cfg.Scripts = shipped.Scripts
+	cfg.Hotkeys.Keys = []config.KeyRule{{Match: demoKey, Route: config.RouteRandom}}
+	cfg.Metrics.Listen = ""
 	var kind string
 	if localredis.Available() {
 		c, err := localredis.StartCluster(localredis.ClusterOptions{Masters: demoMasters})
@@ -56,28 +66,66 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	banner := func() {
+		stock := "it holds " + fmt.Sprint(demoStock) + " units in buckets"
+		if err := setStock(cfg.Listen); err != nil {
+			stock = "setting its stock failed: " + err.Error()
+		}
 		p := port(cfg.Listen)
 		fmt.Fprintf(stdout, `hotkeyproxy demo
   upstream: %s on %s
   proxy:    %s
+  hot key:  %s (%s)
 
 Try, in another terminal:
-  redis-cli -p %[4]s ping
-  redis-cli -p %[4]s mset a 1 b 2 c 3      # keys on different masters
-  redis-cli -p %[4]s mget a b c
-  redis-cli -p %[4]s dbsize
-  redis-cli -p %[4]s set stock:sku:1001 100
-  redis-cli -p %[4]s decr stock:sku:1001
-  redis-benchmark -p %[4]s -q -t set,get -n 100000 -P 16
+  redis-cli -p %[6]s ping
+  redis-cli -p %[6]s mset a 1 b 2 c 3      # keys on different masters
+  redis-cli -p %[6]s mget a b c
+  redis-cli -p %[6]s get %[4]s           # the sum of its buckets
+  redis-cli -p %[6]s eval "%[8]s" 1 %[4]s
+  redis-cli -p %[6]s decrby %[4]s 5
+  redis-cli -p %[6]s proxy hotkeys         # each bucket: key, node, value
+  go run . bench seckill --addr %[3]s --key %[4]s --stock %[7]d   # sell it all
 
 Ctrl-C stops the proxy and the Redis it started.
-`, kind, strings.Join(cfg.Upstream.Addrs, " "), cfg.Listen, p)
+`, kind, strings.Join(cfg.Upstream.Addrs, " "), cfg.Listen, demoKey, stock, p, demoStock, cfg.Scripts[0].Body)
 	}
 	if err := serve(srv, cfg, log, banner); err != nil {
 		fmt.Fprintln(stderr, "hotkeyproxy demo:", err)
 		return 1
 	}
 	return 0
+}
+
+// shippedConfig is proxy.yaml as shipped: the demo takes its deduct
+// scripts, so that the commands it prints are the documented ones.
+//
+//go:embed proxy.yaml
+var shippedConfig []byte
+
+// The demo's hot key and its stock.
+const (
+	demoKey   = "stock:demo"
+	demoStock = 100000
+)
+
+// setStock sets the demo key's stock through the proxy, as a client would.
+func setStock(addr string) error {
+	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(nc, "SET %s %d\r\n", demoKey, demoStock)
+	buf := make([]byte, 512)
+	n, err := nc.Read(buf)
+	if err != nil {
+		return err
+	}
+	if reply := string(buf[:n]); reply != "+OK\r\n" {
+		return fmt.Errorf("SET said %q", strings.TrimSpace(reply))
+	}
+	return nil
 }
 
 // demoMasters is the size of the demo's cluster: enough for hot-key
