@@ -455,18 +455,30 @@ func (s *session) clusterStreaming(cmd *resp.Command, name string) {
 
 // shardChannelsHere reports whether shard channels are served by the node
 // the client streams from: one connection cannot follow channels on
-// several masters.
+// several masters. A channel in the slot of one already followed is here,
+// whatever a slot map not yet reloaded says.
 func (s *session) shardChannelsHere(channels [][]byte) bool {
 	t, _, err := s.srv.cluster.current()
 	if err != nil {
 		return true // the node will say
 	}
 	for _, ch := range channels {
-		if t.slots[cluster.Slot(ch)] != s.cs.ownNode {
+		slot := cluster.Slot(ch)
+		if t.slots[slot] != s.cs.ownNode && !s.followsSlot(slot) {
 			return false
 		}
 	}
 	return true
+}
+
+// followsSlot reports whether the client follows a shard channel in slot.
+func (s *session) followsSlot(slot uint16) bool {
+	for ch := range s.cs.subs {
+		if ch[0] == 's' && cluster.Slot([]byte(ch[1:])) == slot {
+			return true
+		}
+	}
+	return false
 }
 
 // streamReplyError answers a streaming client with an error of the
