@@ -43,21 +43,46 @@ func (e *Engine) Do(args [][]byte, keyAt int, client uint64) []byte {
 	return errReply(h.name, strings.ToUpper(name)+" is not supported on it")
 }
 
-// get answers GET: the sum, a bulk string as Redis gives a counter's value.
+// get answers GET: the sum, a bulk string as Redis gives a counter's
+// value. The key is read with its buckets, in the same round, so a key
+// that expired or changed behind this proxy's back is seen.
 func (e *Engine) get(h *hotKey) []byte {
 	l, st, fail := e.load(h, false)
+	key := []byte(h.name)
 	switch st {
 	case stateFailed:
 		return fail
-	case stateMissing:
-		return resp.AppendNil(nil)
-	case stateOther:
-		key := []byte(h.name)
+	case stateMissing, stateOther:
 		return e.up.Do([]Request{{Key: key, Args: [][]byte{[]byte("GET"), key}}})[0]
 	}
-	sum, fail := e.readBuckets(h, l)
-	if fail != nil {
-		return fail
+	reqs := []Request{{Key: key, Args: [][]byte{[]byte("GET"), key}}}
+	for i := 0; i < l.N(); i++ {
+		b := l.Bucket(i)
+		reqs = append(reqs, Request{Key: b, Args: [][]byte{[]byte("GET"), b}})
+	}
+	replies := e.up.Do(reqs)
+	v, ok := resp.BulkValue(replies[0])
+	switch {
+	case resp.IsError(replies[0]):
+		return replies[0]
+	case !ok || !IsMarker(v):
+		h.forget() // gone, or a plain value written by a proxy that did not know
+		return replies[0]
+	case !bytes.Equal(v, l.Marker()):
+		h.forget() // made again with another layout
+		return e.get(h)
+	}
+	var sum int64
+	for i, r := range replies[1:] {
+		if resp.IsError(r) {
+			return r
+		}
+		n := int64(0)
+		if b, ok := resp.BulkValue(r); ok {
+			n, _ = resp.ParseInt(b)
+		}
+		h.last[i].Store(n)
+		sum += n
 	}
 	return resp.AppendBulk(nil, strconv.AppendInt(nil, sum, 10))
 }
@@ -104,11 +129,9 @@ func (e *Engine) set(h *hotKey, args [][]byte) []byte {
 	}
 	var old []byte
 	if get && st == stateHot {
-		sum, fail := e.readBuckets(h, l)
-		if fail != nil {
-			return fail
+		if old = e.get(h); resp.IsError(old) {
+			return old
 		}
-		old = resp.AppendBulk(nil, strconv.AppendInt(nil, sum, 10))
 	}
 	key := []byte(h.name)
 	setMarker := append([][]byte{[]byte("SET"), key, l.Marker()}, args[3:]...)
@@ -148,14 +171,19 @@ func (e *Engine) set(h *hotKey, args [][]byte) []byte {
 func (e *Engine) split(h *hotKey, l *Layout, total int64, expiry [][]byte) []byte {
 	n := int64(l.N())
 	share, rest := total/n, total%n
+	if total < 0 {
+		// A debt stays on bucket 0, which give-backs repay first: spread
+		// over buckets, some could hold stock while the sum is negative.
+		share, rest = 0, 0
+	}
 	reqs := make([]Request, n)
 	for i := range reqs {
 		v := share
 		switch {
+		case total < 0 && i == 0:
+			v = total
 		case int64(i) < rest:
 			v++
-		case int64(i) < -rest:
-			v--
 		}
 		b := l.Bucket(i)
 		reqs[i] = Request{Key: b, Args: append([][]byte{[]byte("SET"), b, strconv.AppendInt(nil, v, 10)}, expiry...)}
@@ -201,6 +229,17 @@ func (e *Engine) add(h *hotKey, name string, args [][]byte, client uint64) []byt
 		}
 		delta = -delta
 	}
+	for try := 0; ; try++ {
+		r := e.addOnce(h, delta, client)
+		if !bytes.Equal(r, errGone) || try == 1 {
+			return r
+		}
+	}
+}
+
+// addOnce is add on the layout as loaded; errGone when the key turned out
+// to be gone, to be tried again on a new one.
+func (e *Engine) addOnce(h *hotKey, delta int64, client uint64) []byte {
 	l, st, fail := e.load(h, true)
 	switch st {
 	case stateFailed:
@@ -260,6 +299,17 @@ func (e *Engine) script(h *hotKey, name string, args [][]byte, client uint64) []
 	if e.soldOut(h, amount) {
 		return soldout
 	}
+	for try := 0; ; try++ {
+		r := e.deductOnce(h, amount, soldout, client)
+		if !bytes.Equal(r, errGone) || try == 1 {
+			return r
+		}
+	}
+}
+
+// deductOnce is the deduct script on the layout as loaded; errGone when
+// the key turned out to be gone, to be tried again.
+func (e *Engine) deductOnce(h *hotKey, amount int64, soldout []byte, client uint64) []byte {
 	l, st, fail := e.load(h, false)
 	switch st {
 	case stateFailed:

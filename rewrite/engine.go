@@ -189,9 +189,58 @@ func (e *Engine) load(h *hotKey, create bool) (l *Layout, st state, fail []byte)
 		if string(r) != "+OK\r\n" {
 			return e.load(h, create) // someone else did
 		}
+		if fail := e.zero(l, 0); fail != nil {
+			return nil, stateFailed, fail
+		}
+	default: // converted: its value is in bucket 0
+		if fail := e.zero(l, 1); fail != nil {
+			return nil, stateFailed, fail
+		}
 	}
 	e.adopt(h, l)
 	return l, stateHot, nil
+}
+
+// zero sets the buckets of a layout just made to 0, from bucket from on,
+// over whatever a key of the same name left behind: they must exist, as
+// the bucket scripts take a missing one for a key that is gone.
+func (e *Engine) zero(l *Layout, from int) []byte {
+	var reqs []Request
+	for i := from; i < l.N(); i++ {
+		b := l.Bucket(i)
+		reqs = append(reqs, Request{Key: b, Args: [][]byte{[]byte("SET"), b, []byte("0")}})
+	}
+	for _, r := range e.up.Do(reqs) {
+		if resp.IsError(r) {
+			return r
+		}
+	}
+	return nil
+}
+
+// errGone is returned by bucket operations that found a bucket missing:
+// the key expired or was deleted since this proxy read its layout.
+var errGone = []byte("-ERR hotkeyproxy: the key is gone\r\n")
+
+// forget drops what h remembers, after its key was found gone.
+func (h *hotKey) forget() {
+	h.layout.Store(nil)
+	h.soldAt.Store(0)
+}
+
+// bucketOp runs a bucket script and reads its {a, b} reply; a missing
+// bucket comes back as errGone, with h forgotten.
+func (e *Engine) bucketOp(h *hotKey, s *bucketScript, key []byte, arg int64) (a, b int64, fail []byte) {
+	r := e.eval(s, key, [][]byte{key}, strconv.AppendInt(nil, arg, 10))
+	a, b, ok := pair(r)
+	switch {
+	case !ok:
+		return 0, 0, r
+	case a == -2:
+		h.forget()
+		return 0, 0, errGone
+	}
+	return a, b, nil
 }
 
 // adopt takes l as h's layout and reads every bucket's value.
@@ -302,13 +351,10 @@ func (e *Engine) soldOut(h *hotKey, amount int64) bool {
 func (e *Engine) deduct(h *hotKey, l *Layout, amount int64, client uint64) (ok bool, fail []byte) {
 	n := l.N()
 	start := h.startBucket(n, client)
-	amt := []byte(strconv.FormatInt(amount, 10))
 	try := func(b int) (bool, []byte) {
-		key := l.Bucket(b)
-		r := e.eval(scriptDeduct, key, [][]byte{key}, amt)
-		got, v, ok := pair(r)
-		if !ok {
-			return false, r
+		got, v, fail := e.bucketOp(h, scriptDeduct, l.Bucket(b), amount)
+		if fail != nil {
+			return false, fail
 		}
 		h.last[b].Store(v)
 		return got == 1, nil
@@ -347,12 +393,10 @@ func (e *Engine) gather(h *hotKey, l *Layout, start int, amount int64) (taken in
 	n := l.N()
 	for i := 0; i < n && taken < amount; i++ {
 		b := (start + i) % n
-		key := l.Bucket(b)
-		r := e.eval(scriptTake, key, [][]byte{key}, []byte(strconv.FormatInt(amount-taken, 10)))
-		t, v, ok := pair(r)
-		if !ok {
+		t, v, fail := e.bucketOp(h, scriptTake, l.Bucket(b), amount-taken)
+		if fail != nil {
 			e.giveBack(h, l, start, taken)
-			return 0, r
+			return 0, fail
 		}
 		h.last[b].Store(v)
 		taken += t
@@ -366,9 +410,7 @@ func (e *Engine) giveBack(h *hotKey, l *Layout, start int, taken int64) {
 	if taken == 0 {
 		return
 	}
-	key := l.Bucket(start)
-	r := e.up.Do([]Request{{Key: key, Args: [][]byte{[]byte("INCRBY"), key, []byte(strconv.FormatInt(taken, 10))}}})[0]
-	if v, ok := resp.IntValue(r); ok {
+	if _, v, fail := e.bucketOp(h, scriptAdd, l.Bucket(start), taken); fail == nil {
 		h.last[start].Store(v)
 	}
 }
@@ -386,11 +428,9 @@ func (e *Engine) decrBy(h *hotKey, l *Layout, amount int64, client uint64) (cove
 	if fail != nil || taken == amount {
 		return fail == nil, fail
 	}
-	key := l.Bucket(0)
-	r := e.up.Do([]Request{{Key: key, Args: [][]byte{[]byte("DECRBY"), key, []byte(strconv.FormatInt(amount-taken, 10))}}})[0]
-	v, ok := resp.IntValue(r)
-	if !ok {
-		return false, r
+	_, v, fail := e.bucketOp(h, scriptAdd, l.Bucket(0), taken-amount)
+	if fail != nil {
+		return false, fail
 	}
 	h.last[0].Store(v)
 	return false, nil
@@ -399,23 +439,19 @@ func (e *Engine) decrBy(h *hotKey, l *Layout, amount int64, client uint64) (cove
 // incrBy gives amount (> 0) back: to a negative bucket 0 first, the rest
 // to a bucket of its own.
 func (e *Engine) incrBy(h *hotKey, l *Layout, amount int64, client uint64) (fail []byte) {
-	key := l.Bucket(0)
 	if h.last[0].Load() <= 0 { // maybe negative: what was seen may be stale
-		r := e.eval(scriptRepay, key, [][]byte{key}, []byte(strconv.FormatInt(amount, 10)))
-		repaid, v, ok := pair(r)
-		if !ok {
-			return r
+		repaid, v, fail := e.bucketOp(h, scriptRepay, l.Bucket(0), amount)
+		if fail != nil {
+			return fail
 		}
 		h.last[0].Store(v)
 		amount -= repaid
 	}
 	if amount > 0 {
 		b := h.startBucket(l.N(), client)
-		key = l.Bucket(b)
-		r := e.up.Do([]Request{{Key: key, Args: [][]byte{[]byte("INCRBY"), key, []byte(strconv.FormatInt(amount, 10))}}})[0]
-		v, ok := resp.IntValue(r)
-		if !ok {
-			return r
+		_, v, fail := e.bucketOp(h, scriptAdd, l.Bucket(b), amount)
+		if fail != nil {
+			return fail
 		}
 		h.last[b].Store(v)
 	}
