@@ -90,6 +90,11 @@ func (srv *Server) keyTable() *keyspec.Table {
 	if k := srv.keys.Load(); k != nil {
 		return k
 	}
+	srv.keysMu.Lock() // one COMMAND at a time, however many clients ask
+	defer srv.keysMu.Unlock()
+	if k := srv.keys.Load(); k != nil {
+		return k
+	}
 	replies, err := srv.pool.ask(resp.AppendCommand(nil, []byte("COMMAND")), 1)
 	if err != nil {
 		return nil
@@ -115,7 +120,16 @@ func (s *session) hotCommand(cmd *resp.Command, name string) bool {
 	}
 	table := s.srv.keyTable()
 	if table == nil {
-		return false // Redis down: the command fails there anyway
+		// Which arguments are keys is unknown (Redis down, COMMAND
+		// refused): a command naming a hot key anywhere must not reach
+		// it as a plain key.
+		for _, a := range cmd.Args[1:] {
+			if e.Hot(a) {
+				s.replyError("ERR hotkeyproxy: '" + string(a) + "' is a hot key, and the command table could not be read from Redis")
+				return true
+			}
+		}
+		return false
 	}
 	var buf [8]int
 	idx, _ := table.Keys(cmd.Args, buf[:0])

@@ -23,6 +23,7 @@ type Server struct {
 	pool    *pool                         // standalone mode
 	cluster *clusterUpstream              // cluster mode
 	keys    atomic.Pointer[keyspec.Table] // standalone mode, once asked
+	keysMu  sync.Mutex                    // one asks
 	hot     *rewrite.Engine               // nil without hot keys
 
 	closing atomic.Bool

@@ -97,6 +97,9 @@ type hotKey struct {
 	// Sold out: a deduct of soldAmount found no stock at soldAt (nanos).
 	soldAt     atomic.Int64
 	soldAmount atomic.Int64
+	// slow serialises this proxy's deducts that move stock between
+	// buckets or conclude "sold out", so they do not race each other.
+	slow sync.Mutex
 }
 
 func (e *Engine) key(k []byte) *hotKey {
@@ -341,112 +344,132 @@ func (e *Engine) soldOut(h *hotKey, amount int64) bool {
 }
 
 // deduct takes amount from one bucket that holds it: first the buckets
-// last seen holding enough, in ring order from the start bucket; when none
-// does, it reads every bucket at once (one round trip) and tries those
-// that hold enough now; when none alone does but together they do, it
-// gathers it from several, giving back what it took if they no longer
-// can. "Sold out" is only ever concluded from what Redis just said, never
-// from what this proxy remembers, so another proxy's give-back is never
-// missed. ok is false when sold out.
+// last seen holding enough, in ring order from the start bucket, without
+// waiting on anyone. When none does, the slow path reads every bucket
+// afresh; when no bucket alone holds the amount but together they do, it
+// moves stock into bucket 0 until that one does. Stock is never held
+// aside, so concurrent deducts (on any proxy) cannot each hold a part and
+// all fail; and "sold out" is concluded only from Redis: two fresh reads,
+// a moment apart so that a move in flight on another proxy is seen, both
+// short of the amount. ok is false when sold out.
 func (e *Engine) deduct(h *hotKey, l *Layout, amount int64, client uint64) (ok bool, fail []byte) {
 	n := l.N()
 	start := h.startBucket(n, client)
-	try := func(b int) (bool, []byte) {
-		got, v, fail := e.bucketOp(h, scriptDeduct, l.Bucket(b), amount)
+	for i := 0; i < n; i++ {
+		b := (start + i) % n
+		if h.last[b].Load() < amount {
+			continue
+		}
+		if ok, fail := e.tryDeduct(h, l, b, amount); ok || fail != nil {
+			return ok, fail
+		}
+	}
+	h.slow.Lock()
+	defer h.slow.Unlock()
+	short := 0
+	for attempt := 0; attempt < 4 && short < 2; attempt++ {
+		sum, fail := e.readBuckets(h, l)
 		if fail != nil {
 			return false, fail
-		}
-		h.last[b].Store(v)
-		return got == 1, nil
-	}
-	for pass := 0; pass < 2; pass++ {
-		if pass == 1 {
-			if _, fail := e.readBuckets(h, l); fail != nil {
-				return false, fail
-			}
 		}
 		for i := 0; i < n; i++ {
 			b := (start + i) % n
 			if h.last[b].Load() < amount {
 				continue
 			}
-			if ok, fail := try(b); ok || fail != nil {
+			if ok, fail := e.tryDeduct(h, l, b, amount); ok || fail != nil {
 				return ok, fail
 			}
 		}
-	}
-	if h.estimate() >= amount {
-		taken, fail := e.gather(h, l, start, amount)
-		if fail != nil || taken == amount {
-			return fail == nil, fail
+		if sum < amount {
+			short++
+			time.Sleep(moveGap)
+			continue
 		}
-		e.giveBack(h, l, start, taken)
+		if fail := e.consolidate(h, l, amount); fail != nil {
+			return false, fail
+		}
+		if ok, fail := e.tryDeduct(h, l, 0, amount); ok || fail != nil {
+			return ok, fail
+		}
 	}
 	h.soldAmount.Store(amount)
 	h.soldAt.Store(time.Now().UnixNano())
 	return false, nil
 }
 
-// gather takes up to amount from the buckets' stock, going round the ring
-// from start, and returns how much it took.
-func (e *Engine) gather(h *hotKey, l *Layout, start int, amount int64) (taken int64, fail []byte) {
-	n := l.N()
-	for i := 0; i < n && taken < amount; i++ {
-		b := (start + i) % n
-		t, v, fail := e.bucketOp(h, scriptTake, l.Bucket(b), amount-taken)
+// moveGap is how long a proxy that found too little stock waits before it
+// looks again: longer than a move between two buckets takes.
+const moveGap = 5 * time.Millisecond
+
+// tryDeduct runs the deduct script on bucket b.
+func (e *Engine) tryDeduct(h *hotKey, l *Layout, b int, amount int64) (bool, []byte) {
+	got, v, fail := e.bucketOp(h, scriptDeduct, l.Bucket(b), amount)
+	if fail != nil {
+		return false, fail
+	}
+	h.last[b].Store(v)
+	return got == 1, nil
+}
+
+// consolidate moves stock from the other buckets into bucket 0 until it
+// holds want (or everything is there): take from one, add to the other.
+func (e *Engine) consolidate(h *hotKey, l *Layout, want int64) []byte {
+	for b := 1; b < l.N() && h.last[0].Load() < want; b++ {
+		need := want - h.last[0].Load()
+		t, v, fail := e.bucketOp(h, scriptTake, l.Bucket(b), need)
 		if fail != nil {
-			e.giveBack(h, l, start, taken)
-			return 0, fail
+			return fail
 		}
 		h.last[b].Store(v)
-		taken += t
+		if t == 0 {
+			continue
+		}
+		_, v, fail = e.bucketOp(h, scriptAdd, l.Bucket(0), t)
+		if fail != nil {
+			// Bucket 0 is gone with the key; so is the stock taken.
+			return fail
+		}
+		h.last[0].Store(v)
 	}
-	return taken, nil
+	return nil
 }
 
-// giveBack returns what a gather took that cannot be used: to the bucket
-// the gather started at, which is as good as any.
-func (e *Engine) giveBack(h *hotKey, l *Layout, start int, taken int64) {
-	if taken == 0 {
-		return
-	}
-	if _, v, fail := e.bucketOp(h, scriptAdd, l.Bucket(start), taken); fail == nil {
-		h.last[start].Store(v)
-	}
-}
-
-// decrBy takes amount (> 0) from the buckets that have stock and records
-// the shortfall, if they cannot cover it all, on bucket 0, which goes
-// negative: the sum changes exactly as a plain key's would (contract 4),
-// and the stock left is nothing until the debt is repaid. covered is false
-// when there was a shortfall.
+// decrBy takes amount (> 0) from the buckets that have stock; when they
+// cannot cover it all, everything left is moved into bucket 0 and the
+// amount taken from there, so bucket 0 goes negative and no other bucket
+// holds stock while the sum is below zero: the sum changes exactly as a
+// plain key's would (contract 4). covered is false when there was a
+// shortfall.
 func (e *Engine) decrBy(h *hotKey, l *Layout, amount int64, client uint64) (covered bool, fail []byte) {
 	if ok, fail := e.deduct(h, l, amount, client); ok || fail != nil {
 		return ok, fail
 	}
-	taken, fail := e.gather(h, l, h.startBucket(l.N(), client), amount)
-	if fail != nil || taken == amount {
-		return fail == nil, fail
+	h.slow.Lock()
+	defer h.slow.Unlock()
+	if fail := e.consolidate(h, l, 1<<62); fail != nil {
+		return false, fail
 	}
-	_, v, fail := e.bucketOp(h, scriptAdd, l.Bucket(0), taken-amount)
+	_, v, fail := e.bucketOp(h, scriptAdd, l.Bucket(0), -amount)
 	if fail != nil {
 		return false, fail
 	}
 	h.last[0].Store(v)
-	return false, nil
+	return v >= 0, nil
 }
 
 // incrBy gives amount (> 0) back: to a negative bucket 0 first, the rest
 // to a bucket of its own.
 func (e *Engine) incrBy(h *hotKey, l *Layout, amount int64, client uint64) (fail []byte) {
-	if h.last[0].Load() <= 0 { // maybe negative: what was seen may be stale
-		repaid, v, fail := e.bucketOp(h, scriptRepay, l.Bucket(0), amount)
-		if fail != nil {
-			return fail
-		}
-		h.last[0].Store(v)
-		amount -= repaid
+	// Always asked, not from what this proxy saw: another proxy may have
+	// left bucket 0 in debt, and stock added elsewhere meanwhile would be
+	// sold although the sum is below zero.
+	repaid, v, fail := e.bucketOp(h, scriptRepay, l.Bucket(0), amount)
+	if fail != nil {
+		return fail
 	}
+	h.last[0].Store(v)
+	amount -= repaid
 	if amount > 0 {
 		b := h.startBucket(l.N(), client)
 		_, v, fail := e.bucketOp(h, scriptAdd, l.Bucket(b), amount)
