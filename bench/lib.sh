@@ -1,8 +1,8 @@
 # shellcheck shell=bash
-# Helpers shared by the bench scripts: free ports, starting redis-server,
-# hotkeyproxy and nutcracker on 127.0.0.1, and stopping every process the
-# script started (and only those) when it exits. Source it, then call
-# bench_init; it sets no shell options of its own.
+# Helpers shared by the bench scripts: free ports, starting redis-server (one,
+# or a Redis Cluster of several), hotkeyproxy and nutcracker on 127.0.0.1,
+# and stopping every process the script started (and only those) when it
+# exits. Source it, then call bench_init; it sets no shell options of its own.
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 BENCH_ROOT=$(cd "$BENCH_DIR/.." && pwd)
@@ -132,6 +132,38 @@ bench_wait_ping() {
 # bench_rss_kib PID: VmRSS of PID in KiB.
 bench_rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 
+# bench_cpu_ticks PID...: user + system CPU time of the processes, all
+# threads, summed, in clock ticks (getconf CLK_TCK per second).
+bench_cpu_ticks() {
+	local pid sum=0
+	for pid in "$@"; do
+		sum=$((sum + $(sed 's/.*) //' "/proc/$pid/stat" | awk '{print $12 + $13}')))
+	done
+	echo "$sum"
+}
+
+# bench_busy_ticks: CPU time the whole machine has spent busy since boot,
+# all CPUs, in clock ticks: user, nice, system and steal (the hypervisor's),
+# but not irq and softirq time, which no process is charged with (much of it
+# the benchmark's own loopback traffic).
+bench_busy_ticks() { awk '$1 == "cpu" {print $2 + $3 + $4 + $9; exit}' /proc/stat; }
+
+# bench_wait_quiet MAX_PCT TIMEOUT: waits until the machine has been busy
+# (bench_busy_ticks) below MAX_PCT % of all its CPUs for 3 seconds in a row,
+# or TIMEOUT seconds have passed; returns 1 on timeout.
+bench_wait_quiet() {
+	local max=$1 deadline=$((SECONDS + $2)) quiet=0 b0 b1 hz cpus
+	hz=$(getconf CLK_TCK) cpus=$(nproc)
+	while ((SECONDS < deadline)); do
+		b0=$(bench_busy_ticks)
+		sleep 1
+		b1=$(bench_busy_ticks)
+		if (((b1 - b0) * 100 < max * hz * cpus)); then quiet=$((quiet + 1)); else quiet=0; fi
+		((quiet < 3)) || return 0
+	done
+	return 1
+}
+
 # bench_build_proxy: builds hotkeyproxy into $BENCH_TMP (or takes
 # $HOTKEYPROXY_BIN) and sets HKP_BIN.
 bench_build_proxy() {
@@ -145,24 +177,96 @@ bench_build_proxy() {
 	HKP_BIN=$BENCH_TMP/hotkeyproxy
 }
 
+# bench_redis_server NAME PORT DIR LOG [EXTRA ARGS...]: starts redis-server
+# on 127.0.0.1:PORT without persistence, working in DIR, logging to LOG;
+# waits until it answers PING and sets BENCH_REDIS_PID.
+bench_redis_server() {
+	local name=$1 port=$2 dir=$3 log=$4
+	shift 4
+	redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+		--daemonize no --dir "$dir" --logfile "$log" "$@" >/dev/null 2>&1 &
+	BENCH_REDIS_PID=$!
+	bench_track "$name" "$log" "$BENCH_REDIS_PID"
+	bench_wait_ping "$port" "$BENCH_REDIS_PID" "$name"
+}
+
 # bench_start_redis [EXTRA ARGS...]: starts redis-server; sets REDIS_PORT
 # and REDIS_PID.
 bench_start_redis() {
 	REDIS_PORT=$(bench_free_port)
-	local log=$BENCH_TMP/redis.log
-	redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
-		--daemonize no --dir "$BENCH_TMP" --logfile "$log" "$@" >/dev/null 2>&1 &
-	REDIS_PID=$!
-	bench_track redis-server "$log" "$REDIS_PID"
-	bench_wait_ping "$REDIS_PORT" "$REDIS_PID" redis-server
+	bench_redis_server redis-server "$REDIS_PORT" "$BENCH_TMP" "$BENCH_TMP/redis.log" "$@"
+	REDIS_PID=$BENCH_REDIS_PID
 }
 
-# bench_start_proxy UPSTREAM_PORT [YAML LINES...]: starts hotkeyproxy in
-# front of 127.0.0.1:UPSTREAM_PORT with a config holding the YAML lines
-# (metrics off unless given); sets PROXY_PORT and PROXY_PID.
+# bench_start_cluster N [EXTRA ARGS...]: starts a Redis Cluster of N masters
+# without replicas: N cluster-enabled redis-servers, each with its own dir
+# and a cluster bus port of its own (--cluster-port, since the default
+# port+10000 may be above 65535 or taken); master i gets the i-th contiguous
+# share of the 16384 slots and config epoch i+1, the first node MEETs the
+# others, and it waits (up to 30 s) until every node reports
+# cluster_state:ok, knows all N nodes and sees all slots assigned. Sets
+# CLUSTER_PORTS and CLUSTER_PIDS (arrays, in slot order) and CLUSTER_SEEDS
+# ("127.0.0.1:p1,127.0.0.1:p2,...").
+bench_start_cluster() {
+	local n=$1 i j port bus dir lo hi info bad deadline
+	shift
+	local taken=() buses=()
+	CLUSTER_PORTS=() CLUSTER_PIDS=() CLUSTER_SEEDS=""
+	for ((i = 0; i < n; i++)); do
+		port=$(bench_free_port "${taken[@]}")
+		taken+=("$port")
+		bus=$(bench_free_port "${taken[@]}")
+		taken+=("$bus")
+		dir=$BENCH_TMP/cluster-$i
+		mkdir -p "$dir"
+		bench_redis_server "redis-cluster-$i" "$port" "$dir" "$dir/redis.log" \
+			--cluster-enabled yes --cluster-config-file nodes.conf --cluster-port "$bus" "$@"
+		CLUSTER_PORTS+=("$port")
+		CLUSTER_PIDS+=("$BENCH_REDIS_PID")
+		buses+=("$bus")
+		CLUSTER_SEEDS+="${CLUSTER_SEEDS:+,}127.0.0.1:$port"
+	done
+	for ((i = 0; i < n; i++)); do
+		lo=$((i * 16384 / n)) hi=$(((i + 1) * 16384 / n - 1))
+		redis-cli -h 127.0.0.1 -p "${CLUSTER_PORTS[i]}" cluster addslotsrange "$lo" "$hi" | grep -qx OK ||
+			bench_die "CLUSTER ADDSLOTSRANGE $lo $hi failed on :${CLUSTER_PORTS[i]}"
+		# Distinct epochs, as redis-cli --cluster create sets them.
+		redis-cli -h 127.0.0.1 -p "${CLUSTER_PORTS[i]}" cluster set-config-epoch $((i + 1)) | grep -qx OK ||
+			bench_die "CLUSTER SET-CONFIG-EPOCH failed on :${CLUSTER_PORTS[i]}"
+	done
+	for ((i = 1; i < n; i++)); do
+		redis-cli -h 127.0.0.1 -p "${CLUSTER_PORTS[0]}" cluster meet 127.0.0.1 "${CLUSTER_PORTS[i]}" "${buses[i]}" | grep -qx OK ||
+			bench_die "CLUSTER MEET 127.0.0.1 ${CLUSTER_PORTS[i]} ${buses[i]} failed"
+	done
+	deadline=$((SECONDS + 30))
+	while :; do
+		bad=""
+		for port in "${CLUSTER_PORTS[@]}"; do
+			info=$(timeout 2 redis-cli -h 127.0.0.1 -p "$port" cluster info 2>/dev/null | tr -d '\r') || true
+			if ! grep -qx cluster_state:ok <<<"$info" || ! grep -qx "cluster_known_nodes:$n" <<<"$info" ||
+				! grep -qx cluster_slots_assigned:16384 <<<"$info"; then
+				bad=":$port: $(grep -E '^cluster_(state|known_nodes|slots_assigned):' <<<"$info" | tr '\n' ' ')"
+				break
+			fi
+		done
+		[[ -z $bad ]] && return 0
+		for ((j = 0; j < n; j++)); do
+			bench_alive "${CLUSTER_PIDS[j]}" || bench_die "redis-cluster-$j exited while the cluster formed"
+		done
+		((SECONDS < deadline)) || bench_die "cluster not ready within 30s; node $bad"
+		sleep 0.05
+	done
+}
+
+# bench_start_proxy UPSTREAM [YAML LINES...]: starts hotkeyproxy in front of
+# UPSTREAM, a port on 127.0.0.1 or a list host:port[,host:port...] (the
+# seeds of a cluster, with the YAML line 'upstream: {mode: cluster}'), with a
+# config holding the YAML lines (metrics off unless given); sets PROXY_PORT
+# and PROXY_PID.
 bench_start_proxy() {
 	local up=$1
 	shift
+	[[ $up == *:* ]] || up=127.0.0.1:$up
 	PROXY_PORT=$(bench_free_port)
 	local conf=$BENCH_TMP/hotkeyproxy.yaml log=$BENCH_TMP/hotkeyproxy.log line
 	{
@@ -171,7 +275,7 @@ bench_start_proxy() {
 		for line in "$@"; do echo "$line"; done
 	} >"$conf"
 	"$HKP_BIN" --config "$conf" --listen "127.0.0.1:$PROXY_PORT" \
-		--upstream "127.0.0.1:$up" >"$log" 2>&1 &
+		--upstream "$up" >"$log" 2>&1 &
 	PROXY_PID=$!
 	bench_track hotkeyproxy "$log" "$PROXY_PID"
 	bench_wait_ping "$PROXY_PORT" "$PROXY_PID" hotkeyproxy
