@@ -220,18 +220,7 @@ for t in "${TARGETS[@]}"; do
 		echo "$t warm-up: redis-benchmark failed" >>"$PROBLEMS"
 done
 
-# Interleaved rounds: each round runs every target once, starting with a
-# different one each round, so drift and noise hit both alike.
-for depth in "${DEPTHS[@]}"; do
-	n=$N1
-	[[ $depth == 1 ]] || n=$N16
-	for ((round = 1; round <= ROUNDS; round++)); do
-		bench_log "P$depth round $round/$ROUNDS (n=$n)"
-		for ((k = 0; k < ${#TARGETS[@]}; k++)); do
-			bench_run "${TARGETS[(k + round - 1) % ${#TARGETS[@]}]}" "$depth" "$n" "$round"
-		done
-	done
-done
+bench_rounds
 
 keys_per_master=""
 for port in "${CLUSTER_PORTS[@]}"; do

@@ -313,3 +313,21 @@ bench_start_twemproxy() {
 	bench_track nutcracker "$log" "$TWEM_PID"
 	bench_wait_ping "$TWEM_PORT" "$TWEM_PID" nutcracker
 }
+
+# bench_rounds: the measurement, in interleaved rounds: each round runs
+# every target once, starting with a different one each round, so drift
+# and noise hit every target alike. Uses DEPTHS, N1, N16, ROUNDS, TARGETS
+# and the script's bench_run TARGET DEPTH N ROUND.
+bench_rounds() {
+	local depth n round k
+	for depth in "${DEPTHS[@]}"; do
+		n=$N1
+		[[ $depth == 1 ]] || n=$N16
+		for ((round = 1; round <= ROUNDS; round++)); do
+			bench_log "P$depth round $round/$ROUNDS (n=$n)"
+			for ((k = 0; k < ${#TARGETS[@]}; k++)); do
+				bench_run "${TARGETS[(k + round - 1) % ${#TARGETS[@]}]}" "$depth" "$n" "$round"
+			done
+		done
+	done
+}

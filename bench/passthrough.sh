@@ -59,8 +59,6 @@ done
 
 RAW=$BENCH_TMP/raw.tsv # depth test target round rps p50 p99 cpu_us_per_req
 
-# cpu_ticks PID: user + system CPU time of the process, all threads, in ticks.
-cpu_ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }
 : >"$RAW"
 PROBLEMS=$BENCH_TMP/problems.txt
 : >"$PROBLEMS"
@@ -71,12 +69,12 @@ bench_run() {
 	local t=$1 depth=$2 n=$3 round=$4
 	local out=$BENCH_TMP/rb-$t-P$depth-r$round.csv err=$BENCH_TMP/rb-$t-P$depth-r$round.err rc=0
 	local start=$SECONDS cpu0 cpu
-	cpu0=$(cpu_ticks "${PID[$t]}")
+	cpu0=$(bench_cpu_ticks "${PID[$t]}")
 	timeout "$RUN_TIMEOUT" redis-benchmark -h 127.0.0.1 -p "${PORT[$t]}" -c "$CLIENTS" -n "$n" \
 		-r "$KEYSPACE" -t set,get -P "$depth" --csv >"$out" 2>"$err" || rc=$?
 	# CPU time the target process (Redis for direct, else the proxy) spent
 	# per request, over the SET and GET tests together.
-	cpu=$(awk -v a="$cpu0" -v b="$(cpu_ticks "${PID[$t]}")" -v hz="$CLK_TCK" -v n="$n" \
+	cpu=$(awk -v a="$cpu0" -v b="$(bench_cpu_ticks "${PID[$t]}")" -v hz="$CLK_TCK" -v n="$n" \
 		'BEGIN {printf "%.2f", (b - a) * 1e6 / hz / (2 * n)}')
 	if ((rc == 124)); then
 		echo "$t P$depth round $round: redis-benchmark did not finish in ${RUN_TIMEOUT}s (hang?)" >>"$PROBLEMS"
@@ -112,18 +110,7 @@ for t in "${TARGETS[@]}"; do
 		echo "$t warm-up: redis-benchmark failed" >>"$PROBLEMS"
 done
 
-# Interleaved rounds: each round runs every target once, starting with a
-# different one each round, so drift and noise hit all three alike.
-for depth in "${DEPTHS[@]}"; do
-	n=$N1
-	[[ $depth == 1 ]] || n=$N16
-	for ((round = 1; round <= ROUNDS; round++)); do
-		bench_log "P$depth round $round/$ROUNDS (n=$n)"
-		for ((k = 0; k < ${#TARGETS[@]}; k++)); do
-			bench_run "${TARGETS[(k + round - 1) % ${#TARGETS[@]}]}" "$depth" "$n" "$round"
-		done
-	done
-done
+bench_rounds
 
 # Stops nutcracker and hotkeyproxy now, so their logs are complete.
 proxy_log=$BENCH_TMP/hotkeyproxy.log

@@ -520,36 +520,8 @@ func TestClientsGoRedis(t *testing.T) {
 			t.Errorf("CLIENT GETNAME = %q, %v; want %q", got, err, name)
 		}
 
-		// 50 goroutines share the 20 connections; each INCRs its own key,
-		// every tenth time inside MULTI/EXEC.
-		const workers, n = 50, 200
-		var wg sync.WaitGroup
-		errs := make(chan error, workers)
-		for w := range workers {
-			wg.Go(func() {
-				key := fmt.Sprintf("go:conc:%d", w)
-				for i := range n {
-					var err error
-					if i%10 == 0 {
-						_, err = rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-							p.Incr(ctx, key)
-							return nil
-						})
-					} else {
-						err = rdb.Incr(ctx, key).Err()
-					}
-					if err != nil {
-						errs <- fmt.Errorf("worker %d, INCR %d: %w", w, i, err)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Error(err)
-		}
+		const workers, n = concWorkers, concIncrs
+		concurrentIncrs(t, ctx, rdb)
 		keys := make([]string, workers)
 		for w := range keys {
 			keys[w] = fmt.Sprintf("go:conc:%d", w)
@@ -861,5 +833,41 @@ func runRedisBenchmark(t *testing.T, port string, tests []string, args ...string
 		if !done[name] {
 			t.Errorf("no requests-per-second line for %s in\n%s", name, out)
 		}
+	}
+}
+
+// The go-redis concurrency check: concWorkers goroutines share the
+// client's connections; each INCRs its own key go:conc:<w> concIncrs
+// times, every tenth time inside MULTI/EXEC.
+const concWorkers, concIncrs = 50, 200
+
+func concurrentIncrs(t *testing.T, ctx context.Context, rdb *redis.Client) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, concWorkers)
+	for w := range concWorkers {
+		wg.Go(func() {
+			key := fmt.Sprintf("go:conc:%d", w)
+			for i := range concIncrs {
+				var err error
+				if i%10 == 0 {
+					_, err = rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+						p.Incr(ctx, key)
+						return nil
+					})
+				} else {
+					err = rdb.Incr(ctx, key).Err()
+				}
+				if err != nil {
+					errs <- fmt.Errorf("worker %d, INCR %d: %w", w, i, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }

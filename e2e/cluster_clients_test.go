@@ -255,36 +255,8 @@ func goRedisClusterSession(t *testing.T, rdb *redis.Client, direct *redis.Cluste
 	})
 
 	t.Run("concurrency", func(t *testing.T) {
-		// 50 goroutines share 20 connections; each INCRs its own key,
-		// every tenth time inside MULTI/EXEC.
-		const workers, n = 50, 200
-		var wg sync.WaitGroup
-		errs := make(chan error, workers)
-		for w := range workers {
-			wg.Go(func() {
-				key := fmt.Sprintf("go:conc:%d", w)
-				for i := range n {
-					var err error
-					if i%10 == 0 {
-						_, err = rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-							p.Incr(ctx, key)
-							return nil
-						})
-					} else {
-						err = rdb.Incr(ctx, key).Err()
-					}
-					if err != nil {
-						errs <- fmt.Errorf("worker %d, INCR %d: %w", w, i, err)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Error(err)
-		}
+		const workers, n = concWorkers, concIncrs
+		concurrentIncrs(t, ctx, rdb)
 		for w := range workers {
 			k := fmt.Sprintf("go:conc:%d", w)
 			if v, err := direct.Get(ctx, k).Result(); err != nil || v != strconv.Itoa(n) {

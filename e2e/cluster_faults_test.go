@@ -1386,27 +1386,7 @@ func startProxyWithin(t *testing.T, cfg *config.Config, d time.Duration, unblock
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	srv := r.srv
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	for srv.Addr() == nil {
-		time.Sleep(time.Millisecond)
-	}
-	return srv
+	return serveProxy(t, r.srv)
 }
 
 // checkServesAll sets and gets a key on each master through the proxy,

@@ -52,6 +52,12 @@ func startProxy(t testing.TB, cfg *config.Config) *proxy.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveProxy(t, srv)
+}
+
+// serveProxy serves srv on a free loopback port until the test ends.
+func serveProxy(t testing.TB, srv *proxy.Server) *proxy.Server {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
