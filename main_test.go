@@ -141,8 +141,18 @@ func TestDemo(t *testing.T) {
 		t.Fatal(err)
 	}
 	ping(t, listen)
-	b, _ := os.ReadFile(stdout.Name())
-	out := string(b)
+	// The banner comes once the demo's hot key has its stock, just after
+	// the proxy starts serving.
+	var out string
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		b, _ := os.ReadFile(stdout.Name())
+		if out = string(b); strings.Contains(out, "Ctrl-C stops") {
+			break
+		}
+	}
+	if !strings.Contains(out, "hot key:  stock:demo (it holds 100000 units in buckets)") {
+		t.Errorf("demo does not say its hot key holds its stock:\n%s", out)
+	}
 	if !strings.Contains(out, "redis-cli -p "+listen[strings.LastIndex(listen, ":")+1:]) {
 		t.Errorf("demo does not say how to connect:\n%s", out)
 	}
