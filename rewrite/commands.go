@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"bytes"
+	"math"
 	"strconv"
 	"strings"
 
@@ -246,6 +247,9 @@ func (e *Engine) addOnce(h *hotKey, delta int64, client uint64) []byte {
 		return fail
 	case stateOther:
 		return resp.AppendError(nil, msgNotInteger)
+	}
+	if sum := h.estimate(); delta > 0 && sum > math.MaxInt64-delta || delta < 0 && sum < math.MinInt64-delta {
+		return resp.AppendError(nil, "ERR increment or decrement would overflow")
 	}
 	if delta >= 0 {
 		if delta > 0 {

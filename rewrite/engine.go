@@ -268,7 +268,13 @@ func (e *Engine) readBuckets(h *hotKey, l *Layout) (sum int64, fail []byte) {
 	}
 	for i, r := range e.up.Do(reqs) {
 		if resp.IsError(r) {
-			return 0, r
+			// The others are still read: a deduct can go on with them,
+			// though it cannot conclude "sold out" (fail is set).
+			if fail == nil {
+				fail = r
+			}
+			h.last[i].Store(0)
+			continue
 		}
 		v := int64(0)
 		if b, ok := resp.BulkValue(r); ok {
@@ -278,10 +284,10 @@ func (e *Engine) readBuckets(h *hotKey, l *Layout) (sum int64, fail []byte) {
 		sum += v
 	}
 	h.seen.Store(time.Now().UnixNano())
-	if sum > 0 && sum >= h.soldAmount.Load() {
+	if fail == nil && sum > 0 && sum >= h.soldAmount.Load() {
 		h.soldAt.Store(0)
 	}
-	return sum, nil
+	return sum, fail
 }
 
 // estimate is the sum of the last values seen.
@@ -353,35 +359,51 @@ func (e *Engine) soldOut(h *hotKey, amount int64) bool {
 // a moment apart so that a move in flight on another proxy is seen, both
 // short of the amount. ok is false when sold out.
 func (e *Engine) deduct(h *hotKey, l *Layout, amount int64, client uint64) (ok bool, fail []byte) {
+	if e.soldOut(h, amount) {
+		return false, nil
+	}
 	n := l.N()
 	start := h.startBucket(n, client)
-	for i := 0; i < n; i++ {
-		b := (start + i) % n
-		if h.last[b].Load() < amount {
-			continue
-		}
-		if ok, fail := e.tryDeduct(h, l, b, amount); ok || fail != nil {
-			return ok, fail
-		}
-	}
-	h.slow.Lock()
-	defer h.slow.Unlock()
-	short := 0
-	for attempt := 0; attempt < 4 && short < 2; attempt++ {
-		sum, fail := e.readBuckets(h, l)
-		if fail != nil {
-			return false, fail
-		}
+	// A bucket whose node does not answer is passed over: the stock of
+	// the others is still for sale.
+	var unreachable []byte
+	ring := func() (bool, []byte) {
 		for i := 0; i < n; i++ {
 			b := (start + i) % n
 			if h.last[b].Load() < amount {
 				continue
 			}
-			if ok, fail := e.tryDeduct(h, l, b, amount); ok || fail != nil {
+			ok, fail := e.tryDeduct(h, l, b, amount)
+			switch {
+			case ok || bytes.Equal(fail, errGone):
 				return ok, fail
+			case fail != nil:
+				unreachable = fail
 			}
 		}
+		return false, nil
+	}
+	if ok, fail := ring(); ok || fail != nil {
+		return ok, fail
+	}
+	h.slow.Lock()
+	defer h.slow.Unlock()
+	if e.soldOutSeen(h, amount) {
+		return false, nil // concluded by the deduct that held the lock before
+	}
+	short := 0
+	for attempt := 0; attempt < 4 && short < 2; attempt++ {
+		sum, fail := e.readBuckets(h, l)
+		if fail != nil {
+			unreachable = fail
+		}
+		if ok, fail := ring(); ok || fail != nil {
+			return ok, fail
+		}
 		if sum < amount {
+			if unreachable != nil {
+				return false, unreachable // stock may sit where we cannot see
+			}
 			short++
 			time.Sleep(moveGap)
 			continue
@@ -396,6 +418,14 @@ func (e *Engine) deduct(h *hotKey, l *Layout, amount int64, client uint64) (ok b
 	h.soldAmount.Store(amount)
 	h.soldAt.Store(time.Now().UnixNano())
 	return false, nil
+}
+
+// soldOutSeen reports whether a deduct of amount was concluded sold out
+// within soldout_ttl (or, without memory, within moveGap): a deduct that
+// waited for another's conclusion takes it.
+func (e *Engine) soldOutSeen(h *hotKey, amount int64) bool {
+	at := h.soldAt.Load()
+	return at != 0 && amount >= h.soldAmount.Load() && time.Since(time.Unix(0, at)) < max(e.soldoutTTL, moveGap)
 }
 
 // moveGap is how long a proxy that found too little stock waits before it
@@ -447,8 +477,17 @@ func (e *Engine) decrBy(h *hotKey, l *Layout, amount int64, client uint64) (cove
 	}
 	h.slow.Lock()
 	defer h.slow.Unlock()
-	if fail := e.consolidate(h, l, 1<<62); fail != nil {
-		return false, fail
+	// What the other buckets hold goes to bucket 0 first, so that none
+	// holds stock while the sum is below zero; skipped when the reads
+	// that just concluded "sold out" found them empty.
+	empty := true
+	for b := 1; b < l.N(); b++ {
+		empty = empty && h.last[b].Load() <= 0
+	}
+	if !empty {
+		if fail := e.consolidate(h, l, 1<<62); fail != nil {
+			return false, fail
+		}
 	}
 	_, v, fail := e.bucketOp(h, scriptAdd, l.Bucket(0), -amount)
 	if fail != nil {
