@@ -57,7 +57,7 @@ flags:
 	fs.StringVar(&opts.Key, "key", seckill.DefaultKey, "stock key")
 	fs.Int64Var(&opts.Stock, "stock", 100000, "units for sale")
 	fs.IntVar(&opts.Clients, "clients", seckill.DefaultClients, "concurrent buyers, one connection each")
-	fs.StringVar(&mode, "mode", string(seckill.ModeScript), "script (EVALSHA of proxy.yaml's deduct script) or decr (DECR, INCR back if negative)")
+	fs.StringVar(&mode, "mode", string(seckill.ModeScript), "script (EVALSHA of the deduct script as shipped in proxy.yaml: deduct-one, or deduct-n with --amount) or decr (DECR, INCR back if negative)")
 	fs.Int64Var(&opts.Amount, "amount", 1, "units per deduct; > 1 uses the deduct-n script or DECRBY")
 	fs.DurationVar(&opts.Duration, "duration", seckill.DefaultDuration, "longest the sale may run")
 	fs.Int64Var(&opts.Requests, "requests", 0, "most deducts to send in all; 0: no limit")
