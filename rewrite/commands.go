@@ -252,10 +252,9 @@ func (e *Engine) addOnce(h *hotKey, delta int64, client uint64) []byte {
 		return resp.AppendError(nil, "ERR increment or decrement would overflow")
 	}
 	if delta >= 0 {
-		if delta > 0 {
-			if fail := e.incrBy(h, l, delta, client); fail != nil {
-				return fail
-			}
+		// Also for 0: the repay step is what finds a key that expired.
+		if fail := e.incrBy(h, l, delta, client); fail != nil {
+			return fail
 		}
 		return resp.AppendInt(nil, h.estimate())
 	}
