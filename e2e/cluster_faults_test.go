@@ -1344,15 +1344,7 @@ func (f *fakeSeed) close() {
 
 func clusterProxyConfig(t *testing.T, addrs []string) *config.Config {
 	t.Helper()
-	cfg := config.Default()
-	cfg.Upstream.Mode = config.ModeCluster
-	cfg.Upstream.Addrs = addrs
-	cfg.Listen = "127.0.0.1:0"
-	cfg.Metrics.Listen = ""
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	return cfg
+	return testConfig(t, config.ModeCluster, addrs, nil)
 }
 
 // startProxyWithin starts a proxy as startProxy does, but reports a

@@ -32,8 +32,18 @@ func (e *env) ProxyAddr() string { return e.Proxy.Addr().String() }
 func startEnv(t testing.TB, edit func(*config.Config)) *env {
 	t.Helper()
 	rs := localredis.StartT(t, localredis.Options{})
+	cfg := testConfig(t, config.ModeStandalone, []string{rs.Addr()}, edit)
+	return &env{Redis: rs, Proxy: startProxy(t, cfg), Cfg: cfg}
+}
+
+// testConfig is the default config with the upstream given, listening on
+// a free loopback port, without metrics; edit may change it before it is
+// validated.
+func testConfig(t testing.TB, mode string, addrs []string, edit func(*config.Config)) *config.Config {
+	t.Helper()
 	cfg := config.Default()
-	cfg.Upstream.Addrs = []string{rs.Addr()}
+	cfg.Upstream.Mode = mode
+	cfg.Upstream.Addrs = addrs
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Metrics.Listen = ""
 	if edit != nil {
@@ -42,7 +52,7 @@ func startEnv(t testing.TB, edit func(*config.Config)) *env {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	return &env{Redis: rs, Proxy: startProxy(t, cfg), Cfg: cfg}
+	return cfg
 }
 
 // startProxy serves cfg on a free loopback port until the test ends.
@@ -161,16 +171,6 @@ func (e *clusterEnv) ProxyAddr() string { return e.Proxy.Addr().String() }
 func startClusterEnv(t testing.TB, edit func(*config.Config)) *clusterEnv {
 	t.Helper()
 	c := localredis.StartClusterT(t, localredis.ClusterOptions{Masters: 3, Replicas: 1})
-	cfg := config.Default()
-	cfg.Upstream.Mode = config.ModeCluster
-	cfg.Upstream.Addrs = c.Seeds()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.Metrics.Listen = ""
-	if edit != nil {
-		edit(cfg)
-	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
+	cfg := testConfig(t, config.ModeCluster, c.Seeds(), edit)
 	return &clusterEnv{Cluster: c, Proxy: startProxy(t, cfg), Cfg: cfg}
 }

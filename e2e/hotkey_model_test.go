@@ -128,16 +128,10 @@ func hkmStart(t testing.TB, mode string, rules ...config.KeyRule) *hkmEnv {
 // its hot keys (none: a proxy that has not heard of any hot key).
 func (e *hkmEnv) startSecondProxy(t testing.TB, rules ...config.KeyRule) string {
 	t.Helper()
-	cfg := config.Default()
-	cfg.Upstream.Mode = e.mode
-	cfg.Upstream.Addrs = e.addrs
-	cfg.Listen = "127.0.0.1:0"
-	cfg.Metrics.Listen = ""
-	cfg.Hotkeys.Keys = rules
-	cfg.Scripts = e.scripts.all
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
+	cfg := testConfig(t, e.mode, e.addrs, func(cfg *config.Config) {
+		cfg.Hotkeys.Keys = rules
+		cfg.Scripts = e.scripts.all
+	})
 	return startProxy(t, cfg).Addr().String()
 }
 

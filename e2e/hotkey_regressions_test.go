@@ -13,15 +13,10 @@ import (
 // not let a command on a hot key reach Redis as a plain command.
 func TestHotKeyWithoutCommandTable(t *testing.T) {
 	rs := localredis.StartT(t, localredis.Options{Args: []string{"--rename-command", "COMMAND", ""}})
-	cfg := config.Default()
-	cfg.Upstream.Addrs = []string{rs.Addr()}
-	cfg.Listen = "127.0.0.1:0"
-	cfg.Metrics.Listen = ""
-	cfg.Hotkeys.Keys = hkRules()
-	cfg.Scripts = hkScripts(t)
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
+	cfg := testConfig(t, config.ModeStandalone, []string{rs.Addr()}, func(cfg *config.Config) {
+		cfg.Hotkeys.Keys = hkRules()
+		cfg.Scripts = hkScripts(t)
+	})
 	c := dialRaw(t, startProxy(t, cfg).Addr().String())
 	for _, cmd := range [][]string{{"SET", "stock:x", "10"}, {"EVAL", cfg.Scripts[0].Body, "1", "stock:x"}, {"DECR", "stock:x"}, {"HSET", "stock:y", "f", "v"}} {
 		if r := c.do(cmd...); !strings.HasPrefix(r, "-ERR hotkeyproxy: 'stock:") {

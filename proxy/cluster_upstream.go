@@ -200,7 +200,7 @@ func (c *clusterUpstream) loadFrom(n *node) error {
 		}
 		c.keys.Store(k)
 	}
-	if old := c.topo.Swap(t); old == nil || !sameMasters(old, t) {
+	if old := c.topo.Swap(t); old == nil || old.slots != t.slots {
 		c.log.Info("cluster slot map loaded", "from", n.addr, "masters", t.describe())
 	}
 	return nil
@@ -251,8 +251,6 @@ func (c *clusterUpstream) parseSlots(reply []byte, host string) (*topology, erro
 	}
 	return t, nil
 }
-
-func sameMasters(a, b *topology) bool { return a.slots == b.slots }
 
 // describe lists the masters with their slot ranges, for the log.
 func (t *topology) describe() string {

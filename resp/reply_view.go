@@ -7,9 +7,9 @@ import "bytes"
 // They trust the framing ReadReply checked and report ok=false for a reply
 // of another type than asked.
 
-// FrameLen is the length of the first reply in b, which must start with a
+// frameLen is the length of the first reply in b, which must start with a
 // complete reply framed by ReadReply.
-func FrameLen(b []byte) int {
+func frameLen(b []byte) int {
 	off := 0
 	for pending := 1; pending > 0; pending-- {
 		eol := bytes.IndexByte(b[off:], '\n') + 1
@@ -42,7 +42,7 @@ func ArrayElems(reply []byte, dst [][]byte) (elems [][]byte, ok bool) {
 	}
 	rest := reply[eol+1:]
 	for ; n > 0; n-- {
-		l := FrameLen(rest)
+		l := frameLen(rest)
 		dst = append(dst, rest[:l])
 		rest = rest[l:]
 	}

@@ -21,7 +21,7 @@ const (
 // identifies the connection, for route: client. The caller has split
 // multi-key commands so that the hot key is their only key.
 func (e *Engine) Do(args [][]byte, keyAt int, client uint64) []byte {
-	name := lower(args[0])
+	name := strings.ToLower(string(args[0]))
 	h := e.key(args[keyAt])
 	switch name {
 	case "get":
@@ -194,7 +194,7 @@ func (e *Engine) split(h *hotKey, l *Layout, total int64, expiry [][]byte) []byt
 			return r
 		}
 	}
-	if h.layout.Load() != l || len(h.last) != l.N() {
+	if h.layout.Load() != l {
 		e.adopt(h, l)
 	} else {
 		e.readBuckets(h, l)
@@ -248,7 +248,7 @@ func (e *Engine) addOnce(h *hotKey, delta int64, client uint64) []byte {
 	case stateOther:
 		return resp.AppendError(nil, msgNotInteger)
 	}
-	if sum := h.estimate(); delta > 0 && sum > math.MaxInt64-delta || delta < 0 && sum < math.MinInt64-delta {
+	if sum := h.estimate(l); delta > 0 && sum > math.MaxInt64-delta || delta < 0 && sum < math.MinInt64-delta {
 		return resp.AppendError(nil, "ERR increment or decrement would overflow")
 	}
 	if delta >= 0 {
@@ -256,13 +256,13 @@ func (e *Engine) addOnce(h *hotKey, delta int64, client uint64) []byte {
 		if fail := e.incrBy(h, l, delta, client); fail != nil {
 			return fail
 		}
-		return resp.AppendInt(nil, h.estimate())
+		return resp.AppendInt(nil, h.estimate(l))
 	}
 	covered, fail := e.decrBy(h, l, -delta, client)
 	if fail != nil {
 		return fail
 	}
-	sum := h.estimate()
+	sum := h.estimate(l)
 	if covered {
 		sum = max(sum, 0)
 	} else {
@@ -279,7 +279,7 @@ func (e *Engine) script(h *hotKey, name string, args [][]byte, client uint64) []
 	if strings.HasPrefix(name, "evalsha") {
 		s = e.scripts[strings.ToLower(string(args[1]))]
 	} else {
-		s = e.Script(args[1])
+		s = e.scriptByBody(args[1])
 	}
 	if s == nil {
 		return errReply(h.name, "only the deduct scripts declared in proxy.yaml can run on it")
@@ -329,7 +329,7 @@ func (e *Engine) deductOnce(h *hotKey, amount int64, soldout []byte, client uint
 	case !ok:
 		return soldout
 	}
-	return resp.AppendInt(nil, max(h.estimate(), 0))
+	return resp.AppendInt(nil, max(h.estimate(l), 0))
 }
 
 // del answers DEL and UNLINK: the key and its buckets go.

@@ -80,8 +80,8 @@ func (e *Engine) Hot(key []byte) bool {
 	return ok
 }
 
-// Script is the declared deduct script with this body, if any.
-func (e *Engine) Script(body []byte) *config.Script {
+// scriptByBody is the declared deduct script with this body, if any.
+func (e *Engine) scriptByBody(body []byte) *config.Script {
 	sum := sha1.Sum(body)
 	return e.scripts[hex.EncodeToString(sum[:])]
 }
@@ -92,8 +92,10 @@ type hotKey struct {
 	name   string
 	rule   config.KeyRule
 	layout atomic.Pointer[Layout] // nil until read or made
-	last   []atomic.Int64         // last value seen of each bucket
-	seen   atomic.Int64           // unix nanos of the last full read
+	// last is the last value seen of each bucket, room for any layout's:
+	// never reallocated, so readers need no lock.
+	last []atomic.Int64
+	seen atomic.Int64 // unix nanos of the last full read
 	// Sold out: a deduct of soldAmount found no stock at soldAt (nanos).
 	soldAt     atomic.Int64
 	soldAmount atomic.Int64
@@ -108,7 +110,7 @@ func (e *Engine) key(k []byte) *hotKey {
 	h := e.keys[string(k)]
 	if h == nil {
 		rule, _ := e.registry.Lookup(k)
-		h = &hotKey{name: string(k), rule: rule}
+		h = &hotKey{name: string(k), rule: rule, last: make([]atomic.Int64, config.MaxBuckets)}
 		e.keys[h.name] = h
 	}
 	return h
@@ -248,13 +250,6 @@ func (e *Engine) bucketOp(h *hotKey, s *bucketScript, key []byte, arg int64) (a,
 
 // adopt takes l as h's layout and reads every bucket's value.
 func (e *Engine) adopt(h *hotKey, l *Layout) {
-	if old := h.layout.Load(); old == nil || old.N() != l.N() || len(h.last) != l.N() {
-		e.mu.Lock()
-		if len(h.last) != l.N() {
-			h.last = make([]atomic.Int64, l.N())
-		}
-		e.mu.Unlock()
-	}
 	h.layout.Store(l)
 	e.readBuckets(h, l)
 }
@@ -290,10 +285,10 @@ func (e *Engine) readBuckets(h *hotKey, l *Layout) (sum int64, fail []byte) {
 	return sum, fail
 }
 
-// estimate is the sum of the last values seen.
-func (h *hotKey) estimate() int64 {
+// estimate is the sum of the last values seen of l's buckets.
+func (h *hotKey) estimate(l *Layout) int64 {
 	var sum int64
-	for i := range h.last {
+	for i := range l.N() {
 		sum += h.last[i].Load()
 	}
 	return sum
@@ -520,6 +515,3 @@ func (e *Engine) incrBy(h *hotKey, l *Layout, amount int64, client uint64) (fail
 	h.soldAt.Store(0) // stock is back
 	return nil
 }
-
-// lower is an ASCII lower-case copy of a command name.
-func lower(b []byte) string { return strings.ToLower(string(b)) }

@@ -41,7 +41,7 @@ func (e *Engine) Report() []byte {
 				out = append(out, fail...)
 				continue
 			}
-			for i := range h.last {
+			for i := range l.N() {
 				values = append(values, h.last[i].Load())
 			}
 		}
