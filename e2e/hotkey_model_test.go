@@ -656,9 +656,18 @@ func TestHotKeyPlacement(t *testing.T) {
 	c := dialRaw(t, e.addr)
 	ctx := context.Background()
 	const total = 83 // 10 each, the 3 left over one each on buckets 0-2
-	keys := []string{"stock:place", "stock:{sku1001}"}
+	// stock:converted holds a plain value with a TTL before the proxy
+	// meets it: converted, it is spread the same way, TTL kept.
+	keys := []string{"stock:place", "stock:{sku1001}", "stock:converted"}
 	for _, key := range keys {
-		if r := c.do("SET", key, strconv.Itoa(total)); r != "+OK\r\n" {
+		if key == "stock:converted" {
+			if err := e.direct.Set(ctx, key, total, 100*time.Second).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if r := c.do("GET", key); r != hkmBulk(strconv.Itoa(total)) {
+				t.Fatalf("GET %s through the proxy (converts it) = %q, want %q", key, r, hkmBulk(strconv.Itoa(total)))
+			}
+		} else if r := c.do("SET", key, strconv.Itoa(total)); r != "+OK\r\n" {
 			t.Fatalf("SET %s %d through the proxy: %q", key, total, r)
 		}
 		st := e.mustRead(t, key)
@@ -690,6 +699,11 @@ func TestHotKeyPlacement(t *testing.T) {
 			if st.values[i] != want || st.absent[i] {
 				t.Errorf("%s: bucket %d %s holds %d (absent %v), want %d: n/N each, the remainder one each on the first buckets",
 					key, i, b, st.values[i], st.absent[i], want)
+			}
+			if key == "stock:converted" {
+				if ttl := e.direct.TTL(ctx, b).Val(); ttl < 90*time.Second || ttl > 100*time.Second {
+					t.Errorf("%s: bucket %s has TTL %v, want the key's (~100s)", key, b, ttl)
+				}
 			}
 		}
 		lo, hi := hkmBucketCount/len(masters), (hkmBucketCount+len(masters)-1)/len(masters)
@@ -851,7 +865,8 @@ func TestHotKeySeedScenario(t *testing.T) {
 // its config lacks the rule) and one that does (fresh), on the same Redis.
 // After the fresh one SETs the key to 100, the key holds the layout marker,
 // which is not an integer, so the stale proxy's DECR, INCR and deduct
-// scripts fail instead of selling from a stale plain value (contract 9).
+// scripts fail instead of selling from a stale plain value, and its GET
+// learns the layout and answers the sum (contract 9).
 func TestHotKeyStaleProxy(t *testing.T) {
 	for _, mode := range hkmModes {
 		t.Run(mode, func(t *testing.T) {
@@ -888,30 +903,23 @@ func TestHotKeyStaleProxy(t *testing.T) {
 					t.Logf("stale proxy %s: %q", cmd[0], r)
 				}
 			}
-			// GET through the stale proxy: the marker, as it stands in
-			// Redis. The stale proxy does not translate it (yet); if it
-			// learns to (issue 4: "a GET that returns the marker makes the
-			// proxy load the layout and answer the sum"), this becomes
-			// "100". Never a wrong number either way.
-			r := stale.do("GET", key)
-			if r == hkmBulk("100") {
-				t.Logf("stale proxy GET %s = %q: it now translates the marker; update this test", key, r)
-			} else {
-				v, ok := strings.CutPrefix(r, "$")
-				_, payload, _ := strings.Cut(v, "\r\n")
-				payload = strings.TrimSuffix(payload, "\r\n")
-				if !ok || !rewrite.IsMarker([]byte(payload)) {
-					t.Errorf("stale proxy GET %s = %q, want the layout marker %q… (or the sum 100)", key, r, "hotkeyproxy-layout:1:")
-				}
-				if _, err := strconv.ParseInt(payload, 10, 64); err == nil {
-					t.Errorf("stale proxy GET %s = %q: a number other than the sum 100", key, r)
-				}
+			// GET through the stale proxy meets the marker: the proxy
+			// learns the key is hot, answers the sum, and serves the key
+			// as hot from then on.
+			if r := stale.do("GET", key); r != hkmBulk("100") {
+				t.Errorf("stale proxy GET %s = %q, want %q: the marker must make it read the buckets", key, r, hkmBulk("100"))
 			}
-			if r := fresh.do("GET", key); r != hkmBulk("100") {
-				t.Errorf("fresh proxy GET %s = %q, want %q after the stale proxy's failed attempts", key, r, hkmBulk("100"))
+			if r := stale.do("MGET", "nokey", key); r != "*2\r\n$-1\r\n"+hkmBulk("100") {
+				t.Errorf("stale proxy MGET nokey %s = %q, want [nil, 100]", key, r)
 			}
-			if st := e.mustRead(t, key); st.sum != 100 {
-				t.Errorf("%s: Redis holds %s, want sum 100", key, st)
+			if r := stale.do("DECR", key); r != ":99\r\n" {
+				t.Errorf("stale proxy DECR %s after its GET = %q, want :99 (the key is hot to it now)", key, r)
+			}
+			if r := fresh.do("GET", key); r != hkmBulk("99") {
+				t.Errorf("fresh proxy GET %s = %q, want %q", key, r, hkmBulk("99"))
+			}
+			if st := e.mustRead(t, key); st.sum != 99 {
+				t.Errorf("%s: Redis holds %s, want sum 99", key, st)
 			}
 
 			// A stale proxy's SET or DEL does act on the key (they apply
@@ -921,6 +929,7 @@ func TestHotKeyStaleProxy(t *testing.T) {
 			// may trust its memory of the layout for up to the recheck
 			// interval (1 s), so wait past it.
 			const recheck = 1100 * time.Millisecond
+			stale = dialRaw(t, e.startSecondProxy(t)) // one that has not learned
 			if r := stale.do("SET", key, "50"); r != "+OK\r\n" {
 				t.Fatalf("stale SET %s 50: %q", key, r)
 			}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"strings"
 
 	"github.com/hotkeyproxy/hotkeyproxy/cluster"
@@ -141,6 +142,9 @@ func (s *session) hotCommand(cmd *resp.Command, name string) bool {
 		}
 	}
 	if hot < 0 {
+		if (name == "get" || name == "mget") && !s.inMulti && !s.pinned() {
+			s.markGet(cmd.Args, idx)
+		}
 		return false
 	}
 	if s.inMulti {
@@ -185,6 +189,70 @@ func (s *session) hotCommand(cmd *resp.Command, name string) bool {
 		s.reply(resp.AppendInt(nil, sum))
 	}
 	return true
+}
+
+// getMark is a GET or MGET sent upstream whose reply may hold a layout.
+type getMark struct {
+	reply int   // its reply's place among those of the batch
+	keys  []int // where each key ends in session.getKeys
+}
+
+// markGet notes a GET or MGET being queued: it is answered by Redis, and
+// if a key turns out to hold a layout, readLayouts answers it again.
+func (s *session) markGet(args [][]byte, idx []int) {
+	m := getMark{reply: s.b.n + len(s.cs.cmds)}
+	for _, i := range idx {
+		s.getKeys = append(s.getKeys, args[i]...)
+		m.keys = append(m.keys, len(s.getKeys))
+	}
+	s.gets = append(s.gets, m)
+}
+
+// readLayouts looks at the GET and MGET replies appended to out from on:
+// a value that is a layout means the key is held as buckets by another
+// proxy (or this one's config is older). The key is hot from now on, and
+// its value is answered as the sum of its buckets (contract 9).
+func (s *session) readLayouts(from int) {
+	defer func() { s.gets, s.getKeys = s.gets[:0], s.getKeys[:0] }()
+	if !bytes.Contains(s.out[from:], []byte(rewrite.MarkerPrefix)) {
+		return
+	}
+	rest := append([]byte(nil), s.out[from:]...)
+	s.out = s.out[:from]
+	n, keyEnd := 0, 0
+	for _, m := range s.gets {
+		for ; n < m.reply && len(rest) > 0; n++ {
+			l := resp.FrameLen(rest)
+			s.out, rest = append(s.out, rest[:l]...), rest[l:]
+		}
+		if len(rest) == 0 {
+			break
+		}
+		l := resp.FrameLen(rest)
+		r := rest[:l]
+		rest = rest[l:]
+		n++
+		elems, isArray := resp.ArrayElems(r, nil)
+		if !isArray {
+			elems = [][]byte{r}
+		}
+		if isArray {
+			s.out = resp.AppendArrayHeader(s.out, len(elems))
+		}
+		for i, v := range elems {
+			if b, ok := resp.BulkValue(v); ok && rewrite.IsMarker(b) && i < len(m.keys) {
+				key := s.getKeys[keyEnd:m.keys[i]]
+				if i > 0 {
+					key = s.getKeys[m.keys[i-1]:m.keys[i]]
+				}
+				s.srv.hot.Learn(key)
+				v = s.srv.hot.Do([][]byte{[]byte("GET"), key}, 1, s.id)
+			}
+			s.out = append(s.out, v...)
+		}
+		keyEnd = m.keys[len(m.keys)-1]
+	}
+	s.out = append(s.out, rest...)
 }
 
 // proxyCommand answers PROXY, the proxy's admin command.

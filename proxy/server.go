@@ -24,7 +24,7 @@ type Server struct {
 	cluster *clusterUpstream              // cluster mode
 	keys    atomic.Pointer[keyspec.Table] // standalone mode, once asked
 	keysMu  sync.Mutex                    // one asks
-	hot     *rewrite.Engine               // nil without hot keys
+	hot     *rewrite.Engine               // hot keys: the configured ones and those met
 
 	closing atomic.Bool
 	nextID  atomic.Uint64
@@ -56,9 +56,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	default:
 		return nil, fmt.Errorf("proxy: unknown upstream.mode %q", cfg.Upstream.Mode)
 	}
-	if len(cfg.Hotkeys.Keys) > 0 {
-		s.hot = rewrite.New(hotUpstream{s}, cfg)
-	}
+	s.hot = rewrite.New(hotUpstream{s}, cfg)
 	return s, nil
 }
 

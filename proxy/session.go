@@ -85,6 +85,11 @@ type session struct {
 
 	cs clusterState // cluster mode's routing and transaction state
 
+	// GET and MGET replies to look at for a layout (contract 9): a key
+	// held as buckets that this proxy did not know was hot.
+	gets    []getMark
+	getKeys []byte // their keys, back to back
+
 	nameBuf [24]byte
 }
 
@@ -330,6 +335,14 @@ func (s *session) flush() { s.send(false) }
 func (s *session) flushBlocking() { s.send(true) }
 
 func (s *session) send(blocking bool) {
+	from := len(s.out)
+	s.sendBatch(blocking)
+	if len(s.gets) > 0 {
+		s.readLayouts(from)
+	}
+}
+
+func (s *session) sendBatch(blocking bool) {
 	if len(s.cs.cmds) > 0 {
 		s.clusterRoundTrip()
 	}

@@ -7,23 +7,27 @@ import "bytes"
 // They trust the framing ReadReply checked and report ok=false for a reply
 // of another type than asked.
 
-// frameLen is the length of the first reply in b, which must start with a
-// complete reply framed by ReadReply.
-func frameLen(b []byte) int {
+// FrameLen is the length of the first reply in b, which must start with a
+// complete reply framed by ReadReply. RESP3's aggregate and blob types
+// are counted too, so a client that said HELLO 3 is walked right.
+func FrameLen(b []byte) int {
 	off := 0
 	for pending := 1; pending > 0; pending-- {
 		eol := bytes.IndexByte(b[off:], '\n') + 1
 		line := b[off : off+eol-2]
 		off += eol
+		n, _ := ParseInt(line[1:])
 		switch line[0] {
-		case '$':
-			if n, _ := ParseInt(line[1:]); n >= 0 {
+		case '$', '=', '!': // bulk string, verbatim string, blob error
+			if n >= 0 {
 				off += int(n) + 2
 			}
-		case '*':
-			if n, _ := ParseInt(line[1:]); n > 0 {
-				pending += int(n)
-			}
+		case '*', '~', '>': // array, set, push
+			pending += max(int(n), 0)
+		case '%': // map: n pairs
+			pending += 2 * max(int(n), 0)
+		case '|': // attribute: n pairs, then the reply it is about
+			pending += 2*max(int(n), 0) + 1
 		}
 	}
 	return off
@@ -42,7 +46,7 @@ func ArrayElems(reply []byte, dst [][]byte) (elems [][]byte, ok bool) {
 	}
 	rest := reply[eol+1:]
 	for ; n > 0; n-- {
-		l := frameLen(rest)
+		l := FrameLen(rest)
 		dst = append(dst, rest[:l])
 		rest = rest[l:]
 	}

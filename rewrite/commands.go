@@ -170,24 +170,10 @@ func (e *Engine) set(h *hotKey, args [][]byte) []byte {
 
 // split writes total over the buckets of l.
 func (e *Engine) split(h *hotKey, l *Layout, total int64, expiry [][]byte) []byte {
-	n := int64(l.N())
-	share, rest := total/n, total%n
-	if total < 0 {
-		// A debt stays on bucket 0, which give-backs repay first: spread
-		// over buckets, some could hold stock while the sum is negative.
-		share, rest = 0, 0
-	}
-	reqs := make([]Request, n)
+	reqs := make([]Request, l.N())
 	for i := range reqs {
-		v := share
-		switch {
-		case total < 0 && i == 0:
-			v = total
-		case int64(i) < rest:
-			v++
-		}
 		b := l.Bucket(i)
-		reqs[i] = Request{Key: b, Args: append([][]byte{[]byte("SET"), b, strconv.AppendInt(nil, v, 10)}, expiry...)}
+		reqs[i] = Request{Key: b, Args: append([][]byte{[]byte("SET"), b, strconv.AppendInt(nil, l.Share(total, i), 10)}, expiry...)}
 	}
 	for _, r := range e.up.Do(reqs) {
 		if resp.IsError(r) {

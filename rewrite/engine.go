@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha1"
 	"encoding/hex"
+	"maps"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -51,6 +52,10 @@ type Engine struct {
 
 	mu   sync.Mutex
 	keys map[string]*hotKey
+	// learned are the keys no rule names that were found held as
+	// buckets; copied on write, as keys are learned seldom and looked up
+	// on every command.
+	learned atomic.Pointer[map[string]bool]
 }
 
 // New returns an engine for cfg's hot keys and deduct scripts.
@@ -74,10 +79,32 @@ func New(up Upstream, cfg *config.Config) *Engine {
 	return e
 }
 
-// Hot reports whether key is held as buckets.
+// Hot reports whether key is held as buckets: a rule names it, or it was
+// learned.
 func (e *Engine) Hot(key []byte) bool {
-	_, ok := e.registry.Lookup(key)
-	return ok
+	if _, ok := e.registry.Lookup(key); ok {
+		return true
+	}
+	m := e.learned.Load()
+	return m != nil && (*m)[string(key)]
+}
+
+// Learn makes key hot on this proxy from now on: it was found holding a
+// layout, which another proxy made (contract 9). Its rule is the default
+// one: random route, bucket count as the layout says.
+func (e *Engine) Learn(key []byte) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	old := e.learned.Load()
+	if old != nil && (*old)[string(key)] {
+		return
+	}
+	m := make(map[string]bool, 1)
+	if old != nil {
+		maps.Copy(m, *old)
+	}
+	m[string(key)] = true
+	e.learned.Store(&m)
 }
 
 // scriptByBody is the declared deduct script with this body, if any.
@@ -109,7 +136,10 @@ func (e *Engine) key(k []byte) *hotKey {
 	defer e.mu.Unlock()
 	h := e.keys[string(k)]
 	if h == nil {
-		rule, _ := e.registry.Lookup(k)
+		rule, ok := e.registry.Lookup(k)
+		if !ok {
+			rule = config.KeyRule{Match: string(k), Route: config.RouteRandom}
+		}
 		h = &hotKey{name: string(k), rule: rule, last: make([]atomic.Int64, config.MaxBuckets)}
 		e.keys[h.name] = h
 	}
@@ -144,9 +174,10 @@ const (
 )
 
 // load reads the key and makes sure it is held as buckets: a layout is
-// read; a plain integer is converted; a missing key gets a layout when
-// create is set (INCR, SET…), which is what a first write does to a
-// plain key. fail is the reply to give when the state is stateFailed.
+// read (and completed, when a conversion left it pending); a plain
+// integer is converted; a missing key gets a layout when create is set
+// (INCR, SET…), which is what a first write does to a plain key. fail is
+// the reply to give when the state is stateFailed.
 func (e *Engine) load(h *hotKey, create bool) (l *Layout, st state, fail []byte) {
 	if l = h.layout.Load(); l != nil {
 		seen := h.seen.Load()
@@ -157,68 +188,86 @@ func (e *Engine) load(h *hotKey, create bool) (l *Layout, st state, fail []byte)
 		}
 	}
 	key := []byte(h.name)
-	r := e.up.Do([]Request{{Key: key, Args: [][]byte{[]byte("GET"), key}}})[0]
-	v, ok := resp.BulkValue(r)
-	switch {
-	case resp.IsError(r):
-		return nil, stateFailed, r
-	case ok && IsMarker(v):
-		if l, err := ParseMarker(h.name, v); err == nil {
+	for range 3 {
+		r := e.up.Do([]Request{{Key: key, Args: [][]byte{[]byte("GET"), key}}})[0]
+		v, ok := resp.BulkValue(r)
+		switch {
+		case resp.IsError(r):
+			return nil, stateFailed, r
+		case ok && IsMarker(v):
+			l, err := ParseMarker(h.name, v)
+			if err != nil {
+				return nil, stateOther, nil
+			}
+			if l.Pending {
+				if fail := e.complete(l); bytes.Equal(fail, errGone) {
+					continue
+				} else if fail != nil {
+					return nil, stateFailed, fail
+				}
+			}
 			e.adopt(h, l)
 			return l, stateHot, nil
+		case !ok && !create:
+			h.layout.Store(nil)
+			return nil, stateMissing, nil
 		}
-		return nil, stateOther, nil
-	case !ok && !create:
-		h.layout.Store(nil)
-		return nil, stateMissing, nil
-	}
-	// A plain value, or a missing key to create: a layout for it, made
-	// atomic with the value's move into bucket 0.
-	masters, owner := e.up.Placement()
-	l = Place(h.name, e.buckets(h), masters, owner)
-	b0 := l.Bucket(0)
-	r = e.eval(scriptConvert, key, [][]byte{key, b0}, l.Marker(), []byte(markerPrefix))
-	code, _, ok := pair(r)
-	switch {
-	case !ok:
-		return nil, stateFailed, r
-	case code == -1:
-		return nil, stateOther, nil
-	case code == 2: // another proxy made it meanwhile
-		return e.load(h, create)
-	case code == 0: // missing: create it empty
-		r = e.up.Do([]Request{{Key: key, Args: [][]byte{[]byte("SET"), key, l.Marker(), []byte("NX")}}})[0]
-		if resp.IsError(r) {
+		// A plain value, or a missing key to create: a layout for it,
+		// made atomic with the value's move into bucket 0; read back to
+		// spread the rest.
+		masters, owner := e.up.Placement()
+		l = Place(h.name, e.buckets(h), masters, owner)
+		mk := []byte("0")
+		if create {
+			mk[0] = '1'
+		}
+		r = e.eval(scriptConvert, key, [][]byte{key, l.Bucket(0)}, l.Marker(), []byte(MarkerPrefix), mk, strconv.AppendInt(nil, int64(l.N()), 10))
+		switch code, _, ok := pair(r); {
+		case !ok:
 			return nil, stateFailed, r
-		}
-		if string(r) != "+OK\r\n" {
-			return e.load(h, create) // someone else did
-		}
-		if fail := e.zero(l, 0); fail != nil {
-			return nil, stateFailed, fail
-		}
-	default: // converted: its value is in bucket 0
-		if fail := e.zero(l, 1); fail != nil {
-			return nil, stateFailed, fail
+		case code == -1:
+			return nil, stateOther, nil
 		}
 	}
-	e.adopt(h, l)
-	return l, stateHot, nil
+	// Made and gone again three times over: the key is being deleted as
+	// fast as it is made.
+	return nil, stateFailed, resp.AppendError(nil, "ERR hotkeyproxy: '"+h.name+"' keeps changing; try again")
 }
 
-// zero sets the buckets of a layout just made to 0, from bucket from on,
-// over whatever a key of the same name left behind: they must exist, as
-// the bucket scripts take a missing one for a key that is gone.
-func (e *Engine) zero(l *Layout, from int) []byte {
+// complete makes the buckets a conversion left to make, each with its
+// share of the value and the key's TTL, then marks the layout complete.
+// Any proxy that reads a pending layout does this, so a proxy that died
+// half way loses nothing: the value to spread is in the marker, and a
+// bucket already made is left as it is (SET NX).
+func (e *Engine) complete(l *Layout) []byte {
+	key := []byte(l.Key)
+	r := e.up.Do([]Request{{Key: key, Args: [][]byte{[]byte("PTTL"), key}}})[0]
+	ttl, ok := resp.IntValue(r)
+	switch {
+	case !ok:
+		return r
+	case ttl == -2:
+		return errGone
+	}
 	var reqs []Request
-	for i := from; i < l.N(); i++ {
+	for i := 1; i < l.N(); i++ {
 		b := l.Bucket(i)
-		reqs = append(reqs, Request{Key: b, Args: [][]byte{[]byte("SET"), b, []byte("0")}})
+		args := [][]byte{[]byte("SET"), b, strconv.AppendInt(nil, l.Share(l.Fill, i), 10), []byte("NX")}
+		if ttl > 0 {
+			args = append(args, []byte("PX"), strconv.AppendInt(nil, ttl, 10))
+		}
+		reqs = append(reqs, Request{Key: b, Args: args})
 	}
 	for _, r := range e.up.Do(reqs) {
 		if resp.IsError(r) {
 			return r
 		}
+	}
+	pending := l.Marker()
+	l.Pending = false
+	r = e.eval(scriptComplete, key, [][]byte{key}, pending, l.Marker())
+	if _, _, ok := pair(r); !ok {
+		return r
 	}
 	return nil
 }

@@ -3,24 +3,33 @@ package rewrite
 import (
 	"bytes"
 	"errors"
+	"math/rand/v2"
 	"strconv"
 
 	"github.com/hotkeyproxy/hotkeyproxy/cluster"
 )
 
-// markerPrefix starts the value a hot key's own key holds in place of its
+// MarkerPrefix starts the value a hot key's own key holds in place of its
 // value: the layout. It is not an integer, so a proxy that does not know
 // the key is hot fails on it (DECR: "value is not an integer", the deduct
 // scripts: a Lua error) instead of acting on a stale plain value, and a
 // GET that returns it tells any proxy to read the buckets (contract 9).
-const markerPrefix = "hotkeyproxy-layout:1:"
+const MarkerPrefix = "hotkeyproxy-layout:1:"
 
 // Layout is how a hot key is held: its buckets' hash tags, in bucket order.
-// Bucket i is the key "{tag_i}key#i", so its name contains the key, and its
-// slot is the tag's, whatever hash tag the key itself has.
+// Bucket i is the key "{tag_i}key#i.gen", so its name contains the key, and
+// its slot is the tag's, whatever hash tag the key itself has.
 type Layout struct {
-	Key  string
+	Key string
+	// Gen is drawn at random for each layout made, so that the buckets
+	// of a new layout never meet what an old one of the same key left.
+	Gen  string
 	Tags []string
+	// Pending is set while a plain value being turned into buckets is
+	// still to be spread: buckets 1..N-1 are to be made with their
+	// shares of Fill (bucket 0 holds its own already).
+	Pending bool
+	Fill    int64
 }
 
 // N is the number of buckets.
@@ -28,30 +37,56 @@ func (l *Layout) N() int { return len(l.Tags) }
 
 // Bucket is the key of bucket i.
 func (l *Layout) Bucket(i int) []byte {
-	b := make([]byte, 0, len(l.Tags[i])+len(l.Key)+6)
+	b := make([]byte, 0, len(l.Tags[i])+len(l.Key)+len(l.Gen)+8)
 	b = append(b, '{')
 	b = append(b, l.Tags[i]...)
 	b = append(b, '}')
 	b = append(b, l.Key...)
 	b = append(b, '#')
-	return strconv.AppendInt(b, int64(i), 10)
+	b = strconv.AppendInt(b, int64(i), 10)
+	b = append(b, '.')
+	return append(b, l.Gen...)
 }
 
-// Marker is the value the key holds: the prefix and the tags, space
-// separated (tags are decimal numbers).
+// Share is bucket i's part of total spread over the buckets: total/N
+// each, the remainder one each on the first buckets (contract 1). A
+// total below zero is a debt and stays whole on bucket 0, which
+// give-backs repay first: spread, some buckets could hold stock while
+// the sum is negative.
+func (l *Layout) Share(total int64, i int) int64 {
+	n := int64(l.N())
+	switch {
+	case total < 0 && i == 0:
+		return total
+	case total < 0:
+		return 0
+	case int64(i) < total%n:
+		return total/n + 1
+	}
+	return total / n
+}
+
+// Marker is the value the key holds once the layout is complete:
+// "hotkeyproxy-layout:1:<gen>:<tag> <tag>…" (tags are decimal numbers).
+// While Pending, ":<fill>" follows.
 func (l *Layout) Marker() []byte {
-	b := []byte(markerPrefix)
+	b := append([]byte(MarkerPrefix), l.Gen...)
+	b = append(b, ':')
 	for i, t := range l.Tags {
 		if i > 0 {
 			b = append(b, ' ')
 		}
 		b = append(b, t...)
 	}
+	if l.Pending {
+		b = append(b, ':')
+		b = strconv.AppendInt(b, l.Fill, 10)
+	}
 	return b
 }
 
 // IsMarker reports whether a key's value is a layout.
-func IsMarker(v []byte) bool { return bytes.HasPrefix(v, []byte(markerPrefix)) }
+func IsMarker(v []byte) bool { return bytes.HasPrefix(v, []byte(MarkerPrefix)) }
 
 var errBadMarker = errors.New("rewrite: malformed layout")
 
@@ -60,16 +95,30 @@ func ParseMarker(key string, v []byte) (*Layout, error) {
 	if !IsMarker(v) {
 		return nil, errBadMarker
 	}
-	fields := bytes.Fields(v[len(markerPrefix):])
+	parts := bytes.Split(v[len(MarkerPrefix):], []byte{':'})
+	if len(parts) < 2 || len(parts) > 3 || len(parts[0]) == 0 {
+		return nil, errBadMarker
+	}
+	if _, err := strconv.ParseUint(string(parts[0]), 16, 64); err != nil {
+		return nil, errBadMarker
+	}
+	fields := bytes.Fields(parts[1])
 	if len(fields) < 1 {
 		return nil, errBadMarker
 	}
-	l := &Layout{Key: key, Tags: make([]string, len(fields))}
+	l := &Layout{Key: key, Gen: string(parts[0]), Tags: make([]string, len(fields))}
 	for i, f := range fields {
 		if _, err := strconv.ParseUint(string(f), 10, 32); err != nil {
 			return nil, errBadMarker
 		}
 		l.Tags[i] = string(f)
+	}
+	if len(parts) == 3 {
+		fill, err := strconv.ParseInt(string(parts[2]), 10, 64)
+		if err != nil {
+			return nil, errBadMarker
+		}
+		l.Pending, l.Fill = true, fill
 	}
 	return l, nil
 }
@@ -84,7 +133,7 @@ func ParseMarker(key string, v []byte) (*Layout, error) {
 func Place(key string, n, masters int, owner func(slot uint16) int) *Layout {
 	keySlot := cluster.Slot([]byte(key))
 	first := owner(keySlot)
-	l := &Layout{Key: key, Tags: make([]string, n)}
+	l := &Layout{Key: key, Gen: strconv.FormatUint(uint64(rand.Uint32()), 16), Tags: make([]string, n)}
 	used := make(map[uint16]bool, n)
 	find := func(ok func(slot uint16) bool) string {
 		for t := 0; ; t++ {

@@ -65,9 +65,36 @@ func TestMarkerRoundTrip(t *testing.T) {
 	if strings.Join(got.Tags, ",") != strings.Join(l.Tags, ",") {
 		t.Fatalf("tags %v, want %v", got.Tags, l.Tags)
 	}
-	for _, bad := range []string{"", "100", markerPrefix, markerPrefix + "1 x", markerPrefix + "-1"} {
+	l.Pending, l.Fill = true, 12345
+	got, err = ParseMarker(l.Key, l.Marker())
+	if err != nil || !got.Pending || got.Fill != 12345 || got.Gen != l.Gen {
+		t.Fatalf("pending marker %q parsed as %+v, %v", l.Marker(), got, err)
+	}
+	for _, bad := range []string{"", "100", MarkerPrefix, MarkerPrefix + "1 x", MarkerPrefix + "-1",
+		MarkerPrefix + "ab:1 x", MarkerPrefix + ":1 2", MarkerPrefix + "zz:1 2", MarkerPrefix + "ab:1 2:x", MarkerPrefix + "ab:1:2:3", MarkerPrefix + "ab:"} {
 		if _, err := ParseMarker("k", []byte(bad)); err == nil {
 			t.Errorf("%q parsed", bad)
+		}
+	}
+}
+
+func TestShare(t *testing.T) {
+	l := &Layout{Tags: make([]string, 8)}
+	for _, total := range []int64{0, 1, 7, 8, 9, 100000, 100003, -5, 1<<62 + 3} {
+		var sum, lo, hi int64 = 0, 1 << 62, -1 << 62
+		for i := range 8 {
+			v := l.Share(total, i)
+			sum += v
+			lo, hi = min(lo, v), max(hi, v)
+			if total >= 0 && i > 0 && v > l.Share(total, i-1) {
+				t.Errorf("total %d: bucket %d gets more than bucket %d", total, i, i-1)
+			}
+		}
+		if sum != total {
+			t.Errorf("total %d: shares sum to %d", total, sum)
+		}
+		if total >= 0 && hi-lo > 1 {
+			t.Errorf("total %d: shares from %d to %d", total, lo, hi)
 		}
 	}
 }

@@ -51,21 +51,46 @@ return {r, redis.call('incrby', KEYS[1], r)}`)
 	scriptAdd = newBucketScript(`if redis.call('exists', KEYS[1]) == 0 then return {-2, 0} end
 return {1, redis.call('incrby', KEYS[1], ARGV[1])}`)
 
-	// convert turns a key that holds a plain integer into a hot key in one
-	// step: the key gets the layout (ARGV[1]) and bucket 0, in the key's
-	// slot, the value, with the key's TTL. {1, value} when converted, {0,
-	// 0} when the key does not exist, {2, 0} when it already holds a
-	// layout, {-1, 0} when it holds something else.
+	// convert starts turning a key into a hot key, in one step on the
+	// key's slot: the key gets the layout (ARGV[1]) marked pending with
+	// the value to spread, and bucket 0 (KEYS[2], same slot) its share,
+	// both with the key's TTL. The other buckets are made afterwards,
+	// from the pending marker, by whichever proxy reads it first: made
+	// with SET NX, under names no other layout uses, so doing it twice is
+	// harmless. A missing key is made when ARGV[3] is 1, as a first write
+	// to a plain key makes it; ARGV[4] is the bucket count. Lua numbers
+	// are doubles: a value of 2^53 or more stays whole on bucket 0.
+	// {1, 0} when started, {0, 0} when the key does not exist, {2, 0}
+	// when it already holds a layout, {-1, 0} when it holds something
+	// that is not an integer.
 	scriptConvert = newBucketScript(`local v = redis.call('get', KEYS[1])
-if not v then return {0, 0} end
-if string.sub(v, 1, #ARGV[2]) == ARGV[2] then return {2, 0} end
-if not string.match(v, '^-?%d+$') or tonumber(v) == nil then return {-1, 0} end
+if v and string.sub(v, 1, #ARGV[2]) == ARGV[2] then return {2, 0} end
+if not v then
+  if ARGV[3] ~= '1' then return {0, 0} end
+  v = '0'
+elseif not string.match(v, '^-?%d+$') or tonumber(v) == nil then return {-1, 0} end
+local total, n = tonumber(v), tonumber(ARGV[4])
+local fill, b0 = '0', v
+if total > 0 and total < 2^53 then
+  local q = math.floor(total / n)
+  while q * n > total do q = q - 1 end
+  while (q + 1) * n <= total do q = q + 1 end
+  if total > q * n then q = q + 1 end
+  fill, b0 = string.format('%d', total), string.format('%d', q)
+end
 local ttl = redis.call('pttl', KEYS[1])
-redis.call('set', KEYS[1], ARGV[1])
-redis.call('set', KEYS[2], v)
+redis.call('set', KEYS[1], ARGV[1] .. ':' .. fill)
+redis.call('set', KEYS[2], b0)
 if ttl > 0 then
   redis.call('pexpire', KEYS[1], ttl)
   redis.call('pexpire', KEYS[2], ttl)
 end
-return {1, tonumber(v)}`)
+return {1, 0}`)
+
+	// complete replaces a pending layout (ARGV[1]) by the complete one
+	// (ARGV[2]), TTL kept, once every bucket is made: {1, 0}, or {0, 0}
+	// when the key holds something else by now.
+	scriptComplete = newBucketScript(`if redis.call('get', KEYS[1]) ~= ARGV[1] then return {0, 0} end
+redis.call('set', KEYS[1], ARGV[2], 'KEEPTTL')
+return {1, 0}`)
 )
