@@ -606,6 +606,18 @@ func TestHotKeySellOut(t *testing.T) {
 				})
 				t.Logf("%s: %d units in %v: %s", mode, r.sold, r.dur.Round(time.Millisecond), r.rate(r.sold))
 				r.check(t, s, key, stock, clients, true, proxies...)
+				// What the proxies count (PROXY HOTKEYS, and the metrics
+				// made from the same counters) adds up to what the
+				// clients were told they bought.
+				var units, ok uint64
+				for _, p := range proxies {
+					c := hkmProxyHotkeys(t, p.addr)[key].counters
+					units, ok = units+c["units_sold"], ok+c["deducts_ok"]
+					t.Logf("%s: proxy %s counted %v", mode, p.addr, c)
+				}
+				if units != uint64(r.sold) || ok != uint64(r.sold) {
+					t.Errorf("the proxies counted %d units sold in %d deducts; the clients bought %d", units, ok, r.sold)
+				}
 			})
 
 			t.Run("decr", func(t *testing.T) {

@@ -587,10 +587,11 @@ func hkmMasterOfSlot(t testing.TB, c redis.UniversalClient) (owner func(slot int
 type hkmReportEntry struct {
 	key, buckets, sum, soldOut string
 	bucketKeys, nodes, values  []string
+	counters                   map[string]uint64 // deducts_ok, units_sold, …
 }
 
 // hkmProxyHotkeys runs PROXY HOTKEYS and checks the shape of its reply
-// (rewrite/report.go): an array of 14-element arrays of fields.
+// (rewrite/report.go): an array of 28-element arrays of fields.
 func hkmProxyHotkeys(t testing.TB, addr string) map[string]hkmReportEntry {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, MaxRetries: -1})
@@ -619,8 +620,8 @@ func hkmProxyHotkeys(t testing.TB, addr string) map[string]hkmReportEntry {
 	out := make(map[string]hkmReportEntry)
 	for i, en := range entries {
 		f, ok := en.([]any)
-		if !ok || len(f) != 14 {
-			t.Fatalf("PROXY HOTKEYS entry %d: %#v, want an array of 14 elements", i, en)
+		if !ok || len(f) != 28 {
+			t.Fatalf("PROXY HOTKEYS entry %d: %#v, want an array of 28 elements", i, en)
 		}
 		names := []string{"key", "buckets", "sum", "sold_out", "bucket_keys", "nodes", "values"}
 		for j, n := range names {
@@ -636,7 +637,17 @@ func hkmProxyHotkeys(t testing.TB, addr string) map[string]hkmReportEntry {
 			return s
 		}
 		e := hkmReportEntry{key: scalar(0), buckets: scalar(1), sum: scalar(2), soldOut: scalar(3),
-			bucketKeys: strs(f[9], "bucket_keys"), nodes: strs(f[11], "nodes"), values: strs(f[13], "values")}
+			bucketKeys: strs(f[9], "bucket_keys"), nodes: strs(f[11], "nodes"), values: strs(f[13], "values"),
+			counters: make(map[string]uint64)}
+		for j := 14; j < len(f); j += 2 {
+			name, _ := f[j].(string)
+			v, _ := f[j+1].(string)
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				t.Fatalf("PROXY HOTKEYS entry %d: counter %q is %#v, want a number", i, name, f[j+1])
+			}
+			e.counters[name] = n
+		}
 		out[e.key] = e
 	}
 	return out

@@ -35,7 +35,7 @@ func (e *Engine) Do(args [][]byte, keyAt int, client uint64) []byte {
 	case "del", "unlink":
 		return e.del(h, args)
 	case "exists", "touch", "ttl", "pttl", "expiretime", "pexpiretime", "type":
-		return e.up.Do([]Request{{Key: args[keyAt], Args: args}})[0]
+		return e.send(h, []Request{{Key: args[keyAt], Args: args}})[0]
 	case "expire", "pexpire", "expireat", "pexpireat", "persist":
 		return e.expire(h, args)
 	case "incrbyfloat":
@@ -54,14 +54,14 @@ func (e *Engine) get(h *hotKey) []byte {
 	case stateFailed:
 		return fail
 	case stateMissing, stateOther:
-		return e.up.Do([]Request{{Key: key, Args: [][]byte{[]byte("GET"), key}}})[0]
+		return e.send(h, []Request{{Key: key, Args: [][]byte{[]byte("GET"), key}}})[0]
 	}
 	reqs := []Request{{Key: key, Args: [][]byte{[]byte("GET"), key}}}
 	for i := 0; i < l.N(); i++ {
 		b := l.Bucket(i)
 		reqs = append(reqs, Request{Key: b, Args: [][]byte{[]byte("GET"), b}})
 	}
-	replies := e.up.Do(reqs)
+	replies := e.send(h, reqs)
 	v, ok := resp.BulkValue(replies[0])
 	switch {
 	case resp.IsError(replies[0]):
@@ -136,7 +136,7 @@ func (e *Engine) set(h *hotKey, args [][]byte) []byte {
 	}
 	key := []byte(h.name)
 	setMarker := append([][]byte{[]byte("SET"), key, l.Marker()}, args[3:]...)
-	r := e.up.Do([]Request{{Key: key, Args: setMarker}})[0]
+	r := e.send(h, []Request{{Key: key, Args: setMarker}})[0]
 	if resp.IsError(r) {
 		return r
 	}
@@ -175,7 +175,7 @@ func (e *Engine) split(h *hotKey, l *Layout, total int64, expiry [][]byte) []byt
 		b := l.Bucket(i)
 		reqs[i] = Request{Key: b, Args: append([][]byte{[]byte("SET"), b, strconv.AppendInt(nil, l.Share(total, i), 10)}, expiry...)}
 	}
-	for _, r := range e.up.Do(reqs) {
+	for _, r := range e.send(h, reqs) {
 		if resp.IsError(r) {
 			return r
 		}
@@ -245,8 +245,15 @@ func (e *Engine) addOnce(h *hotKey, delta int64, client uint64) []byte {
 		return resp.AppendInt(nil, h.estimate(l))
 	}
 	covered, fail := e.decrBy(h, l, -delta, client)
-	if fail != nil {
+	switch {
+	case fail != nil:
+		h.count.deductsFailed.Add(1)
 		return fail
+	case covered:
+		h.count.deductsOK.Add(1)
+		h.count.unitsSold.Add(uint64(-delta))
+	default:
+		h.count.deductsSoldOut.Add(1)
 	}
 	sum := h.estimate(l)
 	if covered {
@@ -286,12 +293,13 @@ func (e *Engine) script(h *hotKey, name string, args [][]byte, client uint64) []
 	}
 	soldout := resp.AppendInt(nil, s.Soldout)
 	if e.soldOut(h, amount) {
-		return soldout
+		h.count.soldOutLocal.Add(1)
+		return h.counted(soldout, soldout, amount)
 	}
 	for try := 0; ; try++ {
 		r := e.deductOnce(h, amount, soldout, client)
 		if !bytes.Equal(r, errGone) || try == 1 {
-			return r
+			return h.counted(r, soldout, amount)
 		}
 	}
 }
@@ -332,7 +340,7 @@ func (e *Engine) del(h *hotKey, args [][]byte) []byte {
 			reqs = append(reqs, Request{Key: b, Args: [][]byte{args[0], b}})
 		}
 	}
-	replies := e.up.Do(reqs)
+	replies := e.send(h, reqs)
 	h.layout.Store(nil)
 	h.soldAt.Store(0)
 	return replies[0]
@@ -342,7 +350,7 @@ func (e *Engine) del(h *hotKey, args [][]byte) []byte {
 // key, whose reply it is, then the same on the buckets when it applied.
 func (e *Engine) expire(h *hotKey, args [][]byte) []byte {
 	key := []byte(h.name)
-	r := e.up.Do([]Request{{Key: key, Args: args}})[0]
+	r := e.send(h, []Request{{Key: key, Args: args}})[0]
 	if !bytes.Equal(r, []byte(":1\r\n")) {
 		return r
 	}
@@ -358,7 +366,7 @@ func (e *Engine) expire(h *hotKey, args [][]byte) []byte {
 		b := l.Bucket(i)
 		reqs[i] = Request{Key: b, Args: append([][]byte{args[0], b}, args[2:]...)}
 	}
-	for _, br := range e.up.Do(reqs) {
+	for _, br := range e.send(h, reqs) {
 		if resp.IsError(br) {
 			return br
 		}

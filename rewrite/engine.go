@@ -126,6 +126,7 @@ type hotKey struct {
 	// Sold out: a deduct of soldAmount found no stock at soldAt (nanos).
 	soldAt     atomic.Int64
 	soldAmount atomic.Int64
+	count keyCounters
 	// slow serialises this proxy's deducts that move stock between
 	// buckets or conclude "sold out", so they do not race each other.
 	slow sync.Mutex
@@ -189,7 +190,7 @@ func (e *Engine) load(h *hotKey, create bool) (l *Layout, st state, fail []byte)
 	}
 	key := []byte(h.name)
 	for range 3 {
-		r := e.up.Do([]Request{{Key: key, Args: [][]byte{[]byte("GET"), key}}})[0]
+		r := e.send(h, []Request{{Key: key, Args: [][]byte{[]byte("GET"), key}}})[0]
 		v, ok := resp.BulkValue(r)
 		switch {
 		case resp.IsError(r):
@@ -200,7 +201,7 @@ func (e *Engine) load(h *hotKey, create bool) (l *Layout, st state, fail []byte)
 				return nil, stateOther, nil
 			}
 			if l.Pending {
-				if fail := e.complete(l); bytes.Equal(fail, errGone) {
+				if fail := e.complete(h, l); bytes.Equal(fail, errGone) {
 					continue
 				} else if fail != nil {
 					return nil, stateFailed, fail
@@ -221,7 +222,7 @@ func (e *Engine) load(h *hotKey, create bool) (l *Layout, st state, fail []byte)
 		if create {
 			mk[0] = '1'
 		}
-		r = e.eval(scriptConvert, key, [][]byte{key, l.Bucket(0)}, l.Marker(), []byte(MarkerPrefix), mk, strconv.AppendInt(nil, int64(l.N()), 10))
+		r = e.eval(h, scriptConvert, key, [][]byte{key, l.Bucket(0)}, l.Marker(), []byte(MarkerPrefix), mk, strconv.AppendInt(nil, int64(l.N()), 10))
 		switch code, _, ok := pair(r); {
 		case !ok:
 			return nil, stateFailed, r
@@ -239,9 +240,9 @@ func (e *Engine) load(h *hotKey, create bool) (l *Layout, st state, fail []byte)
 // Any proxy that reads a pending layout does this, so a proxy that died
 // half way loses nothing: the value to spread is in the marker, and a
 // bucket already made is left as it is (SET NX).
-func (e *Engine) complete(l *Layout) []byte {
+func (e *Engine) complete(h *hotKey, l *Layout) []byte {
 	key := []byte(l.Key)
-	r := e.up.Do([]Request{{Key: key, Args: [][]byte{[]byte("PTTL"), key}}})[0]
+	r := e.send(h, []Request{{Key: key, Args: [][]byte{[]byte("PTTL"), key}}})[0]
 	ttl, ok := resp.IntValue(r)
 	switch {
 	case !ok:
@@ -258,14 +259,14 @@ func (e *Engine) complete(l *Layout) []byte {
 		}
 		reqs = append(reqs, Request{Key: b, Args: args})
 	}
-	for _, r := range e.up.Do(reqs) {
+	for _, r := range e.send(h, reqs) {
 		if resp.IsError(r) {
 			return r
 		}
 	}
 	pending := l.Marker()
 	l.Pending = false
-	r = e.eval(scriptComplete, key, [][]byte{key}, pending, l.Marker())
+	r = e.eval(h, scriptComplete, key, [][]byte{key}, pending, l.Marker())
 	if _, _, ok := pair(r); !ok {
 		return r
 	}
@@ -285,7 +286,7 @@ func (h *hotKey) forget() {
 // bucketOp runs a bucket script and reads its {a, b} reply; a missing
 // bucket comes back as errGone, with h forgotten.
 func (e *Engine) bucketOp(h *hotKey, s *bucketScript, key []byte, arg int64) (a, b int64, fail []byte) {
-	r := e.eval(s, key, [][]byte{key}, strconv.AppendInt(nil, arg, 10))
+	r := e.eval(h, s, key, [][]byte{key}, strconv.AppendInt(nil, arg, 10))
 	a, b, ok := pair(r)
 	switch {
 	case !ok:
@@ -310,7 +311,7 @@ func (e *Engine) readBuckets(h *hotKey, l *Layout) (sum int64, fail []byte) {
 		b := l.Bucket(i)
 		reqs[i] = Request{Key: b, Args: [][]byte{[]byte("GET"), b}}
 	}
-	for i, r := range e.up.Do(reqs) {
+	for i, r := range e.send(h, reqs) {
 		if resp.IsError(r) {
 			// The others are still read: a deduct can go on with them,
 			// though it cannot conclude "sold out" (fail is set).
@@ -345,13 +346,13 @@ func (h *hotKey) estimate(l *Layout) int64 {
 
 // eval runs a bucket script on the node of route: EVALSHA, then EVAL when
 // the node has not got it.
-func (e *Engine) eval(s *bucketScript, route []byte, keys [][]byte, argv ...[]byte) []byte {
+func (e *Engine) eval(h *hotKey, s *bucketScript, route []byte, keys [][]byte, argv ...[]byte) []byte {
 	args := append([][]byte{[]byte("EVALSHA"), s.sha, []byte(strconv.Itoa(len(keys)))}, keys...)
 	args = append(args, argv...)
-	r := e.up.Do([]Request{{Key: route, Args: args}})[0]
+	r := e.send(h, []Request{{Key: route, Args: args}})[0]
 	if bytes.HasPrefix(r, []byte("-NOSCRIPT")) {
 		args[0], args[1] = []byte("EVAL"), s.body
-		r = e.up.Do([]Request{{Key: route, Args: args}})[0]
+		r = e.send(h, []Request{{Key: route, Args: args}})[0]
 	}
 	return r
 }
@@ -385,12 +386,9 @@ func (e *Engine) soldOut(h *hotKey, amount int64) bool {
 	if at == 0 || e.soldoutTTL <= 0 || amount < h.soldAmount.Load() {
 		return false
 	}
-	if time.Since(time.Unix(0, at)) < e.soldoutTTL {
-		return true
-	}
-	// Expired: the caller that moves soldAt on checks; the rest wait on
-	// its answer, which comes within one round trip.
-	return !h.soldAt.CompareAndSwap(at, time.Now().UnixNano())
+	// Once expired, the caller that moves soldAt on checks; the rest wait
+	// on its answer, which comes within one round trip.
+	return time.Since(time.Unix(0, at)) < e.soldoutTTL || !h.soldAt.CompareAndSwap(at, time.Now().UnixNano())
 }
 
 // deduct takes amount from one bucket that holds it: first the buckets
@@ -478,6 +476,7 @@ const moveGap = 5 * time.Millisecond
 
 // tryDeduct runs the deduct script on bucket b.
 func (e *Engine) tryDeduct(h *hotKey, l *Layout, b int, amount int64) (bool, []byte) {
+	h.count.ringHops.Add(1)
 	got, v, fail := e.bucketOp(h, scriptDeduct, l.Bucket(b), amount)
 	if fail != nil {
 		return false, fail

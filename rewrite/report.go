@@ -13,8 +13,11 @@ import (
 // met, read fresh from Redis, an array of
 //
 //	key, <key>, buckets, <n>, sum, <sum>, sold_out, yes|no,
-//	bucket_keys, [<key>…], nodes, [<host:port>…], values, [<value>…]
+//	bucket_keys, [<key>…], nodes, [<host:port>…], values, [<value>…],
+//	deducts_ok, <n>, deducts_sold_out, <n>, deducts_failed, <n>,
+//	units_sold, <n>, sold_out_local, <n>, ring_hops, <n>, upstream_calls, <n>
 //
+// (the counters since this proxy started; see KeyStats)
 // so that redis-cli shows it as a list of fields; a key that does not
 // exist now has buckets 0.
 func (e *Engine) Report() []byte {
@@ -45,7 +48,7 @@ func (e *Engine) Report() []byte {
 				values = append(values, h.last[i].Load())
 			}
 		}
-		out = resp.AppendArrayHeader(out, 14)
+		out = resp.AppendArrayHeader(out, 28)
 		out = field(out, "key", []byte(k))
 		n := 0
 		if l != nil && st == stateHot {
@@ -72,6 +75,21 @@ func (e *Engine) Report() []byte {
 		out = resp.AppendArrayHeader(out, len(values))
 		for _, v := range values {
 			out = resp.AppendBulk(out, strconv.AppendInt(nil, v, 10))
+		}
+		c := &h.count
+		for _, f := range []struct {
+			name string
+			n    uint64
+		}{
+			{"deducts_ok", c.deductsOK.Load()},
+			{"deducts_sold_out", c.deductsSoldOut.Load()},
+			{"deducts_failed", c.deductsFailed.Load()},
+			{"units_sold", c.unitsSold.Load()},
+			{"sold_out_local", c.soldOutLocal.Load()},
+			{"ring_hops", c.ringHops.Load()},
+			{"upstream_calls", c.upstreamCalls.Load()},
+		} {
+			out = field(out, f.name, strconv.AppendUint(nil, f.n, 10))
 		}
 	}
 	return out

@@ -1,0 +1,97 @@
+package rewrite
+
+import (
+	"slices"
+	"sync/atomic"
+)
+
+// keyCounters count what the engine did for one hot key since the proxy
+// started. Monotonic; read without a lock.
+type keyCounters struct {
+	deductsOK      atomic.Uint64 // deducts (declared scripts, DECR/DECRBY) that took stock
+	deductsSoldOut atomic.Uint64 // deducts answered "sold out" (DECR: covered only in part)
+	deductsFailed  atomic.Uint64 // deducts answered with an error
+	unitsSold      atomic.Uint64 // units the successful deducts took
+	soldOutLocal   atomic.Uint64 // sold-out answers given from memory, no upstream call
+	ringHops       atomic.Uint64 // buckets a deduct script was run on
+	upstreamCalls  atomic.Uint64 // commands sent to Redis for the key
+}
+
+// KeyStats is what PROXY HOTKEYS and the metrics show of one hot key: its
+// buckets as last seen (no Redis call), and the counters since the proxy
+// started.
+type KeyStats struct {
+	Key string
+	// Buckets are the bucket values last seen, in bucket order; empty when
+	// the layout is not known (the key does not exist, or was not met).
+	Buckets []int64
+	// Deducts by result; UnitsSold the units the OK ones took.
+	DeductsOK, DeductsSoldOut, DeductsFailed, UnitsSold uint64
+	// SoldOutLocal counts the sold-out answers given without Redis.
+	SoldOutLocal uint64
+	// RingHops counts the buckets deducts were tried on: RingHops ÷
+	// deducts is the ring's cost (1 when the first bucket tried covers).
+	RingHops uint64
+	// UpstreamCalls counts every command sent to Redis for the key.
+	UpstreamCalls uint64
+}
+
+// Stats returns the stats of every hot key this proxy has met, by key.
+func (e *Engine) Stats() []KeyStats {
+	e.mu.Lock()
+	keys := make([]*hotKey, 0, len(e.keys))
+	for _, h := range e.keys {
+		keys = append(keys, h)
+	}
+	e.mu.Unlock()
+	slices.SortFunc(keys, func(a, b *hotKey) int {
+		switch {
+		case a.name < b.name:
+			return -1
+		case a.name > b.name:
+			return 1
+		}
+		return 0
+	})
+	out := make([]KeyStats, len(keys))
+	for i, h := range keys {
+		c := &h.count
+		out[i] = KeyStats{
+			Key:            h.name,
+			DeductsOK:      c.deductsOK.Load(),
+			DeductsSoldOut: c.deductsSoldOut.Load(),
+			DeductsFailed:  c.deductsFailed.Load(),
+			UnitsSold:      c.unitsSold.Load(),
+			SoldOutLocal:   c.soldOutLocal.Load(),
+			RingHops:       c.ringHops.Load(),
+			UpstreamCalls:  c.upstreamCalls.Load(),
+		}
+		if l := h.layout.Load(); l != nil {
+			for b := range l.N() {
+				out[i].Buckets = append(out[i].Buckets, h.last[b].Load())
+			}
+		}
+	}
+	return out
+}
+
+// send is Upstream.Do, counted for h.
+func (e *Engine) send(h *hotKey, reqs []Request) [][]byte {
+	h.count.upstreamCalls.Add(uint64(len(reqs)))
+	return e.up.Do(reqs)
+}
+
+// counted records a deduct's outcome: reply is what the client gets,
+// soldout the script's sold-out reply.
+func (h *hotKey) counted(reply, soldout []byte, amount int64) []byte {
+	switch {
+	case len(reply) > 0 && reply[0] == '-':
+		h.count.deductsFailed.Add(1)
+	case string(reply) == string(soldout):
+		h.count.deductsSoldOut.Add(1)
+	default:
+		h.count.deductsOK.Add(1)
+		h.count.unitsSold.Add(uint64(amount))
+	}
+	return reply
+}
