@@ -16,7 +16,7 @@
 // backtracking matcher can take exponential time on patterns such as
 // "*a*a*a*a*b" (redis/redis#5660).
 //
-// The detector (sampled key counts that find hot keys) and promotion
-// (turning a detected key into a hot key) are to come; both will feed
-// registries built here.
+// Detector finds hot keys in the proxy's own traffic: it counts a sample of
+// commands per key, reads and writes apart, in a bounded LRU, and reports
+// the keys whose estimated rate passes a threshold (detector.go).
 package hotkey
