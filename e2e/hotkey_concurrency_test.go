@@ -234,7 +234,7 @@ func (b hkBuckets) String() string {
 
 // readBuckets reads key's layout marker and every bucket straight from
 // Redis (each bucket on its node in cluster mode), and looks for keys
-// shaped like buckets of key ("{tag}key#i") that the layout does not name:
+// shaped like buckets of key ("{tag}key#i.gen") that the layout does not name:
 // the leftovers of a second layout.
 func (s *hkSetup) readBuckets(t testing.TB, key string) hkBuckets {
 	t.Helper()
@@ -266,7 +266,7 @@ func (s *hkSetup) readBuckets(t testing.TB, key string) hkBuckets {
 		b.values = append(b.values, n)
 		b.sum += n
 	}
-	shape := regexp.MustCompile(`^\{[0-9]+\}` + regexp.QuoteMeta(key) + `#[0-9]+$`)
+	shape := regexp.MustCompile(`^\{[0-9]+\}` + regexp.QuoteMeta(key) + `#[0-9]+\.[0-9a-f]+$`)
 	var keys []string
 	var mu sync.Mutex
 	scan := func(ctx context.Context, c *redis.Client) error {

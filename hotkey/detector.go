@@ -203,13 +203,17 @@ func (d *Detector) Observe(key []byte, write bool) {
 // Sample reports whether to count a command, true with probability
 // sample_rate. It takes no lock.
 func (d *Detector) Sample() bool {
+	cut := d.cut.Load()
+	if cut == 0 {
+		return false // disabled: not even a random draw
+	}
 	var x uint64
 	if d.rnd != nil {
 		x = d.rnd()
 	} else {
 		x = rand.Uint64()
 	}
-	return x>>11 < d.cut.Load()
+	return x>>11 < cut
 }
 
 // Add counts one sampled read (write false) or write of key: call it only

@@ -30,6 +30,24 @@ type command struct {
 	first, last, step int                 // legacy key positions; first 0 means no keys
 	keys              grammar             // nil: the legacy positions tell all the keys
 	subcommands       map[string]*command // by lower-case name without "container|"; nil for a plain command
+	write             bool                // it may modify its keys: flagged "write", or a script or function
+}
+
+// Writes reports whether the command (or its subcommand) may modify the
+// keys it names: Redis flags it "write", or it is EVAL, EVALSHA or FCALL,
+// whose key specs Redis marks RW. Unknown commands do not.
+func (t *Table) Writes(args [][]byte) bool {
+	if len(args) == 0 {
+		return false
+	}
+	var buf [nameBuf]byte
+	c := t.lookup(t.commands, args[0], &buf)
+	if c != nil && c.subcommands != nil && len(args) > 1 {
+		if sub := t.lookup(c.subcommands, args[1], &buf); sub != nil {
+			c = sub
+		}
+	}
+	return c != nil && c.write
 }
 
 // Keys appends to dst the indexes into args of the arguments that are keys,

@@ -864,3 +864,16 @@ func TestCheckAgainstServer(t *testing.T) {
 		}
 	}
 }
+
+func TestWritesAgainstServer(t *testing.T) {
+	tab := startServer(t).table()
+	for line, want := range map[string]bool{
+		"SET k v": true, "GET k": false, "INCR k": true, "DECRBY k 2": true, "MGET a b": false,
+		"EVALSHA abc 1 k": true, "EVAL_RO x 1 k": false, "FCALL f 1 k": true, "OBJECT ENCODING k": false,
+		"XGROUP CREATE s g $": true, "xinfo STREAM s": false, "NOSUCH k": false, "CLIENT NOSUCH": false,
+	} {
+		if got := tab.Writes(toBytes(words(line))); got != want {
+			t.Errorf("Writes(%s) = %v, want %v", line, got, want)
+		}
+	}
+}

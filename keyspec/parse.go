@@ -68,10 +68,16 @@ func (r *reader) command(t *Table, container string) (string, *command) {
 	c := &command{arity: r.int("arity", name)}
 	movable := false
 	for range r.array() {
-		if isWord(r.str(), "movablekeys") {
+		switch f := r.str(); {
+		case isWord(f, "movablekeys"):
 			movable = true
+		case isWord(f, "write"):
+			c.write = true
 		}
 	}
+	// Scripts and functions carry no "write" flag, their key specs say
+	// RW: they may write unless called as the read-only variant.
+	c.write = c.write || name == "eval" || name == "evalsha" || name == "fcall"
 	c.first = r.int("first key", name)
 	c.last = r.int("last key", name)
 	c.step = r.int("key step", name)

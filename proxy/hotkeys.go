@@ -2,9 +2,11 @@ package proxy
 
 import (
 	"bytes"
+	"strconv"
 	"strings"
 
 	"github.com/hotkeyproxy/hotkeyproxy/cluster"
+	"github.com/hotkeyproxy/hotkeyproxy/config"
 	"github.com/hotkeyproxy/hotkeyproxy/keyspec"
 	"github.com/hotkeyproxy/hotkeyproxy/resp"
 	"github.com/hotkeyproxy/hotkeyproxy/rewrite"
@@ -134,6 +136,7 @@ func (s *session) hotCommand(cmd *resp.Command, name string) bool {
 	}
 	var buf [8]int
 	idx, _ := table.Keys(cmd.Args, buf[:0])
+	s.observe(cmd.Args, idx)
 	hot := -1
 	for _, i := range idx {
 		if e.Hot(cmd.Args[i]) {
@@ -142,9 +145,7 @@ func (s *session) hotCommand(cmd *resp.Command, name string) bool {
 		}
 	}
 	if hot < 0 {
-		if (name == "get" || name == "mget") && !s.inMulti && !s.pinned() {
-			s.markGet(cmd.Args, idx)
-		}
+		s.markLayout(name, cmd.Args, idx)
 		return false
 	}
 	if s.inMulti {
@@ -154,7 +155,11 @@ func (s *session) hotCommand(cmd *resp.Command, name string) bool {
 	}
 	s.flush()
 	if len(idx) == 1 || !perKey[name] {
-		s.reply(e.Do(cmd.Args, hot, s.id))
+		r := e.Do(cmd.Args, hot, s.id)
+		if r == nil {
+			return false // not hot any more: relayed
+		}
+		s.reply(r)
 		return true
 	}
 	// One command per key, then put together as one Redis would reply.
@@ -169,7 +174,8 @@ func (s *session) hotCommand(cmd *resp.Command, name string) bool {
 		var r []byte
 		if e.Hot(cmd.Args[i]) {
 			r = e.Do(args, 1, s.id)
-		} else {
+		}
+		if r == nil {
 			r = up.Do([]rewrite.Request{{Key: cmd.Args[i], Args: args}})[0]
 		}
 		if resp.IsError(r) {
@@ -191,36 +197,74 @@ func (s *session) hotCommand(cmd *resp.Command, name string) bool {
 	return true
 }
 
-// getMark is a GET or MGET sent upstream whose reply may hold a layout.
-type getMark struct {
-	reply int   // its reply's place among those of the batch
-	keys  []int // where each key ends in session.getKeys
+// layoutMark is a command relayed upstream whose reply may show that a key
+// is held as buckets: the value of a GET or MGET, or the error of a
+// command that fails on a layout (INCR…: not an integer; a deduct script:
+// a Lua error) and did nothing.
+type layoutMark struct {
+	reply      int  // its reply's place among those of the batch
+	first, end int  // its arguments: session.markEnds[first:end]
+	keyAt      int  // its key's argument, for a command that failed
+	failed     bool // the command fails on a layout (else: GET or MGET)
 }
 
-// markGet notes a GET or MGET being queued: it is answered by Redis, and
-// if a key turns out to hold a layout, readLayouts answers it again.
-func (s *session) markGet(args [][]byte, idx []int) {
-	m := getMark{reply: s.b.n + len(s.cs.cmds)}
-	for _, i := range idx {
-		s.getKeys = append(s.getKeys, args[i]...)
-		m.keys = append(m.keys, len(s.getKeys))
-	}
-	s.gets = append(s.gets, m)
+// failsOnLayout are the single-key commands that fail on a layout without
+// doing anything, and that the engine answers on a hot key.
+var failsOnLayout = map[string]bool{
+	"incr": true, "decr": true, "incrby": true, "decrby": true,
+	"eval": true, "evalsha": true, "eval_ro": true, "evalsha_ro": true,
 }
 
-// readLayouts looks at the GET and MGET replies appended to out from on:
-// a value that is a layout means the key is held as buckets by another
-// proxy (or this one's config is older). The key is hot from now on, and
-// its value is answered as the sum of its buckets (contract 9).
-func (s *session) readLayouts(from int) {
-	defer func() { s.gets, s.getKeys = s.gets[:0], s.getKeys[:0] }()
-	if !bytes.Contains(s.out[from:], []byte(rewrite.MarkerPrefix)) {
+// markLayout notes a command being relayed whose reply readLayouts is to
+// look at, when it may show a layout.
+func (s *session) markLayout(name string, args [][]byte, idx []int) {
+	failed := failsOnLayout[name] && len(idx) == 1
+	if name != "get" && name != "mget" && !failed || s.inMulti || s.pinned() {
 		return
 	}
-	rest := append([]byte(nil), s.out[from:]...)
+	m := layoutMark{reply: s.b.n + len(s.cs.cmds), first: len(s.markEnds), failed: failed}
+	for _, a := range args {
+		s.markArgs = append(s.markArgs, a...)
+		s.markEnds = append(s.markEnds, len(s.markArgs))
+	}
+	m.end = len(s.markEnds)
+	if failed {
+		m.keyAt = idx[0]
+	}
+	s.marks = append(s.marks, m)
+}
+
+// markedArgs are the arguments of m, pointing into markArgs.
+func (s *session) markedArgs(m layoutMark) [][]byte {
+	args := make([][]byte, 0, m.end-m.first)
+	start := 0
+	if m.first > 0 {
+		start = s.markEnds[m.first-1]
+	}
+	for _, end := range s.markEnds[m.first:m.end] {
+		args = append(args, s.markArgs[start:end])
+		start = end
+	}
+	return args
+}
+
+// readLayouts looks at the replies of the marked commands, appended to out
+// from on. A GET or MGET value that is a layout, or a marked command's
+// error on a key that holds one, means the key is held as buckets by
+// another proxy (or this one's config is older): the key is hot from now
+// on, and the command is answered again as on a hot key (contract 9). The
+// usual batch costs one scan for the layout prefix and for an error.
+func (s *session) readLayouts(from int) {
+	defer func() { s.marks, s.markArgs, s.markEnds = s.marks[:0], s.markArgs[:0], s.markEnds[:0] }()
+	out := s.out[from:]
+	layout := bytes.Contains(out, []byte(rewrite.MarkerPrefix))
+	if !layout && (len(out) == 0 || out[0] != '-' && !bytes.Contains(out, []byte("\r\n-"))) {
+		return
+	}
+	rest := append([]byte(nil), out...)
 	s.out = s.out[:from]
-	n, keyEnd := 0, 0
-	for _, m := range s.gets {
+	n := 0
+	for _, m := range s.marks {
 		for ; n < m.reply && len(rest) > 0; n++ {
 			l := resp.FrameLen(rest)
 			s.out, rest = append(s.out, rest[:l]...), rest[l:]
@@ -232,27 +276,49 @@ func (s *session) readLayouts(from int) {
 		r := rest[:l]
 		rest = rest[l:]
 		n++
-		elems, isArray := resp.ArrayElems(r, nil)
-		if !isArray {
-			elems = [][]byte{r}
-		}
-		if isArray {
-			s.out = resp.AppendArrayHeader(s.out, len(elems))
-		}
-		for i, v := range elems {
-			if b, ok := resp.BulkValue(v); ok && rewrite.IsMarker(b) && i < len(m.keys) {
-				key := s.getKeys[keyEnd:m.keys[i]]
-				if i > 0 {
-					key = s.getKeys[m.keys[i-1]:m.keys[i]]
-				}
-				s.srv.hot.Learn(key)
-				v = s.srv.hot.Do([][]byte{[]byte("GET"), key}, 1, s.id)
-			}
-			s.out = append(s.out, v...)
-		}
-		keyEnd = m.keys[len(m.keys)-1]
+		s.out = append(s.out, s.reread(m, r)...)
 	}
 	s.out = append(s.out, rest...)
+}
+
+// reread is the reply of the marked command m, which Redis answered r.
+func (s *session) reread(m layoutMark, r []byte) []byte {
+	e := s.srv.hot
+	args := s.markedArgs(m)
+	if m.failed {
+		if !resp.IsError(r) {
+			return r
+		}
+		key := args[m.keyAt]
+		v, ok := resp.BulkValue(hotUpstream{s.srv}.Do([]rewrite.Request{{Key: key, Args: [][]byte{[]byte("GET"), key}}})[0])
+		if !ok || !rewrite.IsMarker(v) {
+			return r
+		}
+		e.Learn(key)
+		if again := e.Do(args, m.keyAt, s.id); again != nil {
+			return again
+		}
+		return r
+	}
+	elems, isArray := resp.ArrayElems(r, nil)
+	if !isArray {
+		elems = [][]byte{r}
+	}
+	var out []byte
+	if isArray {
+		out = resp.AppendArrayHeader(nil, len(elems))
+	}
+	for i, v := range elems {
+		if b, ok := resp.BulkValue(v); ok && rewrite.IsMarker(b) && i+1 < len(args) {
+			key := args[i+1] // GET k, MGET k1 k2…
+			e.Learn(key)
+			if again := e.Do([][]byte{[]byte("GET"), key}, 1, s.id); again != nil {
+				v = again
+			}
+		}
+		out = append(out, v...)
+	}
+	return out
 }
 
 // proxyCommand answers PROXY, the proxy's admin command.
@@ -261,23 +327,56 @@ func (s *session) proxyCommand(args [][]byte) {
 		s.replyError(wrongArity("proxy"))
 		return
 	}
-	switch strings.ToLower(string(args[1])) {
+	switch sub := strings.ToLower(string(args[1])); sub {
 	case "hotkeys":
-		if len(args) != 2 {
-			s.replyError(wrongArity("proxy|hotkeys"))
+		switch {
+		case len(args) == 2:
+			s.flush()
+			s.reply(s.srv.hot.Report())
+		case strings.EqualFold(string(args[2]), "detected") && len(args) <= 4:
+			count := int64(10)
+			if len(args) == 4 {
+				var ok bool
+				if count, ok = resp.ParseInt(args[3]); !ok || count < 1 {
+					s.replyError("ERR count must be a positive integer")
+					return
+				}
+			}
+			s.reply(s.srv.detect.detectedReport(int(min(count, 1<<20))))
+		default:
+			s.replyError("ERR syntax error. Try PROXY HELP.")
+		}
+	case "shard", "unshard":
+		if len(args) < 3 || len(args) > 3 && sub == "unshard" || len(args) > 4 {
+			s.replyError(wrongArity("proxy|" + sub))
 			return
 		}
-		if s.srv.hot == nil {
-			s.reply(resp.AppendArrayHeader(nil, 0))
+		if sub == "unshard" {
+			s.flush()
+			s.reply(s.srv.hot.Unshard(args[2]))
 			return
+		}
+		n := int64(0)
+		if len(args) == 4 {
+			var ok bool
+			if n, ok = resp.ParseInt(args[3]); !ok || n < config.MinBuckets || n > config.MaxBuckets {
+				s.replyError("ERR buckets must be an integer from " + strconv.Itoa(config.MinBuckets) + " to " + strconv.Itoa(config.MaxBuckets))
+				return
+			}
 		}
 		s.flush()
-		s.reply(s.srv.hot.Report())
+		s.reply(s.srv.hot.Shard(args[2], int(n)))
 	case "help":
 		lines := []string{
 			"PROXY <subcommand>. Subcommands are:",
 			"HOTKEYS",
-			"    Each hot key: its buckets (key, node, value), their sum, and whether it is sold out.",
+			"    Each hot key met: its buckets (key, node, value), their sum, whether it is sold out, and counters.",
+			"HOTKEYS DETECTED [<count>]",
+			"    The keys the detector estimates busiest (default 10): reads and writes per second, hot or not, since when.",
+			"SHARD <key> [<buckets>]",
+			"    Hold <key>, a counter, as buckets from now on, live; every proxy learns it.",
+			"UNSHARD <key>",
+			"    Turn a key held as buckets back into one plain key, live (not one hotkeys.keys names).",
 			"HELP",
 			"    Print this help.",
 		}

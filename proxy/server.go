@@ -25,6 +25,7 @@ type Server struct {
 	keys    atomic.Pointer[keyspec.Table] // standalone mode, once asked
 	keysMu  sync.Mutex                    // one asks
 	hot     *rewrite.Engine               // hot keys: the configured ones and those met
+	detect  *detection                    // finds hot keys in the traffic
 
 	closing atomic.Bool
 	nextID  atomic.Uint64
@@ -57,6 +58,10 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("proxy: unknown upstream.mode %q", cfg.Upstream.Mode)
 	}
 	s.hot = rewrite.New(hotUpstream{s}, cfg)
+	var err error
+	if s.detect, err = newDetection(cfg.Hotkeys.Detect); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -88,6 +93,10 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.ln = ln
 	s.mu.Unlock()
+	stop := make(chan struct{})
+	defer close(stop)
+	go s.followLayouts(stop)
+	go s.watchDetected(stop)
 
 	var backoff time.Duration
 	for {

@@ -85,10 +85,11 @@ type session struct {
 
 	cs clusterState // cluster mode's routing and transaction state
 
-	// GET and MGET replies to look at for a layout (contract 9): a key
-	// held as buckets that this proxy did not know was hot.
-	gets    []getMark
-	getKeys []byte // their keys, back to back
+	// Relayed commands whose replies may show a key held as buckets that
+	// this proxy did not know was hot (contract 9): see markLayout.
+	marks    []layoutMark
+	markArgs []byte // their arguments, back to back
+	markEnds []int  // where each argument ends in markArgs
 
 	nameBuf [24]byte
 }
@@ -337,7 +338,7 @@ func (s *session) flushBlocking() { s.send(true) }
 func (s *session) send(blocking bool) {
 	from := len(s.out)
 	s.sendBatch(blocking)
-	if len(s.gets) > 0 {
+	if len(s.marks) > 0 {
 		s.readLayouts(from)
 	}
 }

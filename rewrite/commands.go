@@ -19,8 +19,19 @@ const (
 // Do answers a command on the hot key args[keyAt], as a plain key holding
 // the sum of the buckets would answer it, or with a clear error. client
 // identifies the connection, for route: client. The caller has split
-// multi-key commands so that the hot key is their only key.
+// multi-key commands so that the hot key is their only key. nil means the
+// key turned out not to be hot any more (it was learned, and holds no
+// layout now): the caller relays the command as for a plain key.
 func (e *Engine) Do(args [][]byte, keyAt int, client uint64) []byte {
+	r := e.do(args, keyAt, client)
+	if bytes.Equal(r, errPlain) {
+		e.Forget(args[keyAt])
+		return nil
+	}
+	return r
+}
+
+func (e *Engine) do(args [][]byte, keyAt int, client uint64) []byte {
 	name := strings.ToLower(string(args[0]))
 	h := e.key(args[keyAt])
 	switch name {
@@ -158,6 +169,9 @@ func (e *Engine) set(h *hotKey, args [][]byte) []byte {
 		if fail := e.split(h, l, total, expiry); fail != nil {
 			return fail
 		}
+		if st != stateHot {
+			e.publish(h, '+') // a new layout
+		}
 	}
 	switch {
 	case get:
@@ -238,8 +252,8 @@ func (e *Engine) addOnce(h *hotKey, delta int64, client uint64) []byte {
 		return resp.AppendError(nil, "ERR increment or decrement would overflow")
 	}
 	if delta >= 0 {
-		// Also for 0: the repay step is what finds a key that expired.
-		if fail := e.incrBy(h, l, delta, client); fail != nil {
+		// Also for 0: the call on bucket 0 is what finds a key that expired.
+		if fail := e.incrBy(h, l, delta); fail != nil {
 			return fail
 		}
 		return resp.AppendInt(nil, h.estimate(l))
@@ -350,15 +364,12 @@ func (e *Engine) del(h *hotKey, args [][]byte) []byte {
 // key, whose reply it is, then the same on the buckets when it applied.
 func (e *Engine) expire(h *hotKey, args [][]byte) []byte {
 	key := []byte(h.name)
-	r := e.send(h, []Request{{Key: key, Args: args}})[0]
-	if !bytes.Equal(r, []byte(":1\r\n")) {
-		return r
-	}
 	l, st, fail := e.load(h, false)
 	if st == stateFailed {
 		return fail
 	}
-	if st != stateHot {
+	r := e.send(h, []Request{{Key: key, Args: args}})[0]
+	if st != stateHot || !bytes.Equal(r, []byte(":1\r\n")) {
 		return r
 	}
 	reqs := make([]Request, l.N())

@@ -90,7 +90,7 @@ func (e *Engine) Hot(key []byte) bool {
 }
 
 // Learn makes key hot on this proxy from now on: it was found holding a
-// layout, which another proxy made (contract 9). Its rule is the default
+// layout, or another proxy said it made one (contract 9). Its rule is the default
 // one: random route, bucket count as the layout says.
 func (e *Engine) Learn(key []byte) {
 	e.mu.Lock()
@@ -105,6 +105,7 @@ func (e *Engine) Learn(key []byte) {
 	}
 	m[string(key)] = true
 	e.learned.Store(&m)
+	e.keyLocked(key) // listed by PROXY HOTKEYS from now on
 }
 
 // scriptByBody is the declared deduct script with this body, if any.
@@ -116,8 +117,12 @@ func (e *Engine) scriptByBody(body []byte) *config.Script {
 // hotKey is what the engine keeps of one hot key. Redis holds the truth;
 // all of this only saves round trips.
 type hotKey struct {
-	name   string
-	rule   config.KeyRule
+	name string
+	rule config.KeyRule
+	// configured: a hotkeys.keys rule names the key, so this proxy makes
+	// it hot (converts it, makes it) whatever it holds. Otherwise it was
+	// learned, and is hot only while it holds a layout.
+	configured bool
 	layout atomic.Pointer[Layout] // nil until read or made
 	// last is the last value seen of each bucket, room for any layout's:
 	// never reallocated, so readers need no lock.
@@ -135,13 +140,17 @@ type hotKey struct {
 func (e *Engine) key(k []byte) *hotKey {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	return e.keyLocked(k)
+}
+
+func (e *Engine) keyLocked(k []byte) *hotKey {
 	h := e.keys[string(k)]
 	if h == nil {
 		rule, ok := e.registry.Lookup(k)
 		if !ok {
 			rule = config.KeyRule{Match: string(k), Route: config.RouteRandom}
 		}
-		h = &hotKey{name: string(k), rule: rule, last: make([]atomic.Int64, config.MaxBuckets)}
+		h = &hotKey{name: string(k), rule: rule, configured: ok, last: make([]atomic.Int64, config.MaxBuckets)}
 		e.keys[h.name] = h
 	}
 	return h
@@ -180,6 +189,14 @@ const (
 // (INCR, SET…), which is what a first write does to a plain key. fail is
 // the reply to give when the state is stateFailed.
 func (e *Engine) load(h *hotKey, create bool) (l *Layout, st state, fail []byte) {
+	return e.loadAs(h, create, h.configured, 0)
+}
+
+// loadAs is load for a key that may be converted (or made) when convert is
+// set, into n buckets (0: the default count). A key that may not, because
+// it was only learned, is hot only while it holds a layout: otherwise fail
+// is errPlain.
+func (e *Engine) loadAs(h *hotKey, create, convert bool, n int) (l *Layout, st state, fail []byte) {
 	if l = h.layout.Load(); l != nil {
 		seen := h.seen.Load()
 		// One caller rechecks the layout when it is old; the others go
@@ -209,6 +226,9 @@ func (e *Engine) load(h *hotKey, create bool) (l *Layout, st state, fail []byte)
 			}
 			e.adopt(h, l)
 			return l, stateHot, nil
+		case !convert:
+			h.layout.Store(nil)
+			return nil, stateFailed, errPlain
 		case !ok && !create:
 			h.layout.Store(nil)
 			return nil, stateMissing, nil
@@ -217,7 +237,10 @@ func (e *Engine) load(h *hotKey, create bool) (l *Layout, st state, fail []byte)
 		// made atomic with the value's move into bucket 0; read back to
 		// spread the rest.
 		masters, owner := e.up.Placement()
-		l = Place(h.name, e.buckets(h), masters, owner)
+		if n == 0 {
+			n = e.buckets(h)
+		}
+		l = Place(h.name, n, masters, owner)
 		mk := []byte("0")
 		if create {
 			mk[0] = '1'
@@ -228,6 +251,8 @@ func (e *Engine) load(h *hotKey, create bool) (l *Layout, st state, fail []byte)
 			return nil, stateFailed, r
 		case code == -1:
 			return nil, stateOther, nil
+		case code == 1:
+			e.publish(h, '+')
 		}
 	}
 	// Made and gone again three times over: the key is being deleted as
@@ -272,6 +297,10 @@ func (e *Engine) complete(h *hotKey, l *Layout) []byte {
 	}
 	return nil
 }
+
+// errPlain is what load gives for a learned key that no longer holds a
+// layout: the command is to be relayed as for any plain key.
+var errPlain = []byte("-ERR hotkeyproxy: the key is not held as buckets\r\n")
 
 // errGone is returned by bucket operations that found a bucket missing:
 // the key expired or was deleted since this proxy read its layout.
@@ -540,26 +569,16 @@ func (e *Engine) decrBy(h *hotKey, l *Layout, amount int64, client uint64) (cove
 	return v >= 0, nil
 }
 
-// incrBy gives amount (> 0) back: to a negative bucket 0 first, the rest
-// to a bucket of its own.
-func (e *Engine) incrBy(h *hotKey, l *Layout, amount int64, client uint64) (fail []byte) {
-	// Always asked, not from what this proxy saw: another proxy may have
-	// left bucket 0 in debt, and stock added elsewhere meanwhile would be
-	// sold although the sum is below zero.
-	repaid, v, fail := e.bucketOp(h, scriptRepay, l.Bucket(0), amount)
+// incrBy gives amount (>= 0) back, to bucket 0: a debt there (another
+// proxy's, too) is repaid first, in the same step, and stock added
+// elsewhere while the sum is below zero could be sold although a plain
+// key would have none. One call; INCRs do not spread over the buckets.
+func (e *Engine) incrBy(h *hotKey, l *Layout, amount int64) (fail []byte) {
+	_, v, fail := e.bucketOp(h, scriptAdd, l.Bucket(0), amount)
 	if fail != nil {
 		return fail
 	}
 	h.last[0].Store(v)
-	amount -= repaid
-	if amount > 0 {
-		b := h.startBucket(l.N(), client)
-		_, v, fail := e.bucketOp(h, scriptAdd, l.Bucket(b), amount)
-		if fail != nil {
-			return fail
-		}
-		h.last[b].Store(v)
-	}
 	h.soldAt.Store(0) // stock is back
 	return nil
 }

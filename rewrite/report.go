@@ -28,11 +28,17 @@ func (e *Engine) Report() []byte {
 	}
 	e.mu.Unlock()
 	slices.Sort(names)
-	out := resp.AppendArrayHeader(nil, len(names))
+	var out []byte
+	n := 0
 	for _, k := range names {
 		h := e.key([]byte(k))
 		h.seen.Store(0) // read it afresh
 		l, st, fail := e.load(h, false)
+		if string(fail) == string(errPlain) {
+			e.Forget([]byte(k)) // learned, and plain again
+			continue
+		}
+		n++
 		if st == stateFailed {
 			out = append(out, fail...)
 			continue
@@ -92,7 +98,7 @@ func (e *Engine) Report() []byte {
 			out = field(out, f.name, strconv.AppendUint(nil, f.n, 10))
 		}
 	}
-	return out
+	return append(resp.AppendArrayHeader(nil, n), out...)
 }
 
 func field(out []byte, name string, v []byte) []byte {

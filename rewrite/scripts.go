@@ -39,14 +39,6 @@ local t = math.min(math.max(v, 0), tonumber(ARGV[1]))
 if t > 0 then v = redis.call('decrby', KEYS[1], t) end
 return {t, v}`)
 
-	// repay pays up to ARGV[1] of a negative bucket back: {repaid, now}.
-	scriptRepay = newBucketScript(`local v = redis.call('get', KEYS[1])
-if not v then return {-2, 0} end
-v = tonumber(v)
-if v >= 0 then return {0, v} end
-local r = math.min(-v, tonumber(ARGV[1]))
-return {r, redis.call('incrby', KEYS[1], r)}`)
-
 	// add adds ARGV[1], which may be negative, to a bucket: {1, now}.
 	scriptAdd = newBucketScript(`if redis.call('exists', KEYS[1]) == 0 then return {-2, 0} end
 return {1, redis.call('incrby', KEYS[1], ARGV[1])}`)
@@ -93,4 +85,19 @@ return {1, 0}`)
 	scriptComplete = newBucketScript(`if redis.call('get', KEYS[1]) ~= ARGV[1] then return {0, 0} end
 redis.call('set', KEYS[1], ARGV[2], 'KEEPTTL')
 return {1, 0}`)
+
+	// merge ends a layout (ARGV[1], held by KEYS[1]): the key takes bucket
+	// 0's value (KEYS[2], same slot), TTL kept, and bucket 0 goes. {1, 0},
+	// or {0, 0} when the key holds something else by now.
+	scriptMerge = newBucketScript(`if redis.call('get', KEYS[1]) ~= ARGV[1] then return {0, 0} end
+local v = redis.call('get', KEYS[2]) or '0'
+redis.call('set', KEYS[1], v, 'KEEPTTL')
+redis.call('del', KEYS[2])
+return {1, 0}`)
+
+	// drain deletes a bucket and returns what it held: {value, 0} (0 when
+	// it did not exist).
+	scriptDrain = newBucketScript(`local v = tonumber(redis.call('get', KEYS[1]) or '0')
+redis.call('del', KEYS[1])
+return {v, 0}`)
 )

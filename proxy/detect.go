@@ -1,0 +1,144 @@
+package proxy
+
+import (
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hotkeyproxy/hotkeyproxy/config"
+	"github.com/hotkeyproxy/hotkeyproxy/hotkey"
+	"github.com/hotkeyproxy/hotkeyproxy/resp"
+)
+
+// detection is the detector with what the proxy does with its findings:
+// log them, and promote (and demote) the keys ops allow.
+type detection struct {
+	d   *hotkey.Detector
+	cfg config.Detect
+
+	mu       sync.Mutex
+	promoted map[string]bool // keys this proxy sharded because they turned hot
+}
+
+// newDetection returns the detection of cfg; its detector counts nothing
+// while cfg.Enabled is false.
+func newDetection(cfg config.Detect) (*detection, error) {
+	d, err := hotkey.NewDetector(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &detection{d: d, cfg: cfg, promoted: make(map[string]bool)}, nil
+}
+
+// observe counts cmd's keys (args[i] for i in idx) when the command is
+// sampled: most commands pay one random draw and nothing else.
+func (s *session) observe(args [][]byte, idx []int) {
+	dt := s.srv.detect
+	if len(idx) == 0 || !dt.d.Sample() {
+		return
+	}
+	write := false
+	if t := s.srv.keyTable(); t != nil {
+		write = t.Writes(args)
+	}
+	for _, i := range idx {
+		dt.d.Add(args[i], write)
+	}
+}
+
+// watchDetected takes the detector's news every quarter window (at most
+// every 250 ms): a line in the log when a key turns hot or cools, and the
+// promotion of a write-hot key matching detect.promote (or its demotion
+// once cool, with detect.demote). It returns when stop is closed.
+func (s *Server) watchDetected(stop <-chan struct{}) {
+	dt := s.detect
+	tick := time.NewTicker(min(dt.cfg.Window.Duration()/4, 250*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		for _, c := range dt.d.Changes() {
+			s.detected(c)
+		}
+	}
+}
+
+// detected acts on one change of the detector.
+func (s *Server) detected(c hotkey.Detected) {
+	dt := s.detect
+	rates := []any{"key", c.Key, "read_ops_per_sec", int64(c.ReadRate), "write_ops_per_sec", int64(c.WriteRate)}
+	if !c.Hot {
+		s.log.Info("key cooled", rates...)
+		dt.mu.Lock()
+		promoted := dt.promoted[c.Key]
+		delete(dt.promoted, c.Key)
+		dt.mu.Unlock()
+		if promoted && dt.cfg.Demote {
+			s.log.Info("demoting key", "key", c.Key, "reply", replyText(s.hot.Unshard([]byte(c.Key))))
+		}
+		return
+	}
+	s.log.Info("key turned hot", append(rates, "read_hot", c.ReadHot, "write_hot", c.WriteHot)...)
+	if !c.WriteHot || !dt.promotable(c.Key) || s.hot.Hot([]byte(c.Key)) {
+		return
+	}
+	if dt.cfg.DryRun {
+		s.log.Info("would promote key (detect.dry_run)", "key", c.Key)
+		return
+	}
+	r := s.hot.Shard([]byte(c.Key), 0)
+	if string(r) == "+OK\r\n" {
+		dt.mu.Lock()
+		dt.promoted[c.Key] = true
+		dt.mu.Unlock()
+	}
+	s.log.Info("promoting key", "key", c.Key, "reply", replyText(r))
+}
+
+// promotable reports whether a detect.promote glob matches key.
+func (dt *detection) promotable(key string) bool {
+	for _, p := range dt.cfg.Promote {
+		if hotkey.Match([]byte(p), []byte(key)) {
+			return true
+		}
+	}
+	return false
+}
+
+// replyText is a short reply as a log shows it: "OK", or the error text.
+func replyText(r []byte) string {
+	if len(r) < 3 {
+		return string(r)
+	}
+	return string(r[1 : len(r)-2])
+}
+
+// detectedReport answers PROXY HOTKEYS DETECTED [count]: the count
+// (default 10) keys with the highest estimated rate, each an array of
+//
+//	key, <key>, read_ops_per_sec, <n>, write_ops_per_sec, <n>, hot, yes|no, since, <unix ms, 0 if not hot>
+func (dt *detection) detectedReport(count int) []byte {
+	top := dt.d.Top(count)
+	out := resp.AppendArrayHeader(nil, len(top))
+	for _, k := range top {
+		hot, since := "no", int64(0)
+		if k.Hot {
+			hot, since = "yes", k.Since.UnixMilli()
+		}
+		out = resp.AppendArrayHeader(out, 10)
+		for _, f := range [][2]string{
+			{"key", k.Key},
+			{"read_ops_per_sec", strconv.FormatInt(int64(k.ReadRate), 10)},
+			{"write_ops_per_sec", strconv.FormatInt(int64(k.WriteRate), 10)},
+			{"hot", hot},
+			{"since", strconv.FormatInt(since, 10)},
+		} {
+			out = resp.AppendBulk(out, []byte(f[0]))
+			out = resp.AppendBulk(out, []byte(f[1]))
+		}
+	}
+	return out
+}

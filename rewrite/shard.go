@@ -1,0 +1,128 @@
+package rewrite
+
+import (
+	"maps"
+	"strconv"
+
+	"github.com/hotkeyproxy/hotkeyproxy/resp"
+)
+
+// LayoutChannel is the pub/sub channel on which a proxy announces the keys
+// it made hot ("+key") and turned back into plain keys ("-key"), so that
+// the other proxies learn within a round trip; the layout held in the key
+// itself stays the safety net for one that missed the news (contract 9).
+const LayoutChannel = "hotkeyproxy:layouts"
+
+// publish announces on LayoutChannel that h became hot (op '+') or plain
+// ('-'). Best effort: a proxy that misses it learns from the key.
+func (e *Engine) publish(h *hotKey, op byte) {
+	ch := []byte(LayoutChannel)
+	msg := append([]byte{op}, h.name...)
+	e.send(h, []Request{{Key: ch, Args: [][]byte{[]byte("PUBLISH"), ch, msg}}})
+}
+
+// News applies a message of LayoutChannel: "+key" learns key, "-key"
+// forgets it. Other messages are ignored.
+func (e *Engine) News(msg []byte) {
+	if len(msg) < 2 {
+		return
+	}
+	switch msg[0] {
+	case '+':
+		e.Learn(msg[1:])
+	case '-':
+		e.Forget(msg[1:])
+	}
+}
+
+// Forget stops treating a learned key as hot on this proxy; a key a rule
+// names stays hot. What the proxy remembered of it goes too.
+func (e *Engine) Forget(key []byte) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if h := e.keys[string(key)]; h != nil && !h.configured {
+		delete(e.keys, string(key))
+	}
+	old := e.learned.Load()
+	if old == nil || !(*old)[string(key)] {
+		return
+	}
+	m := maps.Clone(*old)
+	delete(m, string(key))
+	e.learned.Store(&m)
+}
+
+// Shard makes key a hot key now, live: a plain integer is converted into
+// n buckets (0: the default count), without losing or doubling a unit
+// while clients deduct; a key already held as buckets is left as it is.
+// The other proxies are told. Replies: +OK; -ERR no such key; an error
+// when the key does not hold an integer or Redis cannot be asked.
+func (e *Engine) Shard(key []byte, n int) []byte {
+	h := e.key(key)
+	_, st, fail := e.loadAs(h, false, true, n)
+	switch st {
+	case stateFailed:
+		return fail
+	case stateMissing:
+		return resp.AppendError(nil, "ERR no such key")
+	case stateOther:
+		return resp.AppendError(nil, "ERR hotkeyproxy: '"+h.name+"' does not hold an integer; only counters can be held as buckets")
+	}
+	if !h.configured {
+		e.Learn(key)
+	}
+	return []byte("+OK\r\n")
+}
+
+// Unshard turns a hot key back into one plain key holding the sum, live:
+// first every bucket's stock is moved into bucket 0 (while the key still
+// holds its layout, so deducts through any proxy go on); then, in one
+// step on the key's slot, the key takes bucket 0's value and bucket 0
+// goes; then each other bucket is deleted and whatever was given back to
+// it meanwhile is added to the key. Proxies that still use the layout
+// find bucket 0 gone, read the key, and relay as for a plain key. A key
+// that a rule of this proxy names is refused: the proxy would convert it
+// again at once.
+func (e *Engine) Unshard(key []byte) []byte {
+	h := e.key(key)
+	if h.configured {
+		return resp.AppendError(nil, "ERR hotkeyproxy: '"+h.name+"' is marked hot by hotkeys.keys in proxy.yaml; remove it there first")
+	}
+	l, st, fail := e.load(h, false)
+	switch {
+	case st == stateFailed && string(fail) != string(errPlain):
+		return fail
+	case st != stateHot:
+		e.Forget(key)
+		return resp.AppendError(nil, "ERR hotkeyproxy: '"+h.name+"' is not held as buckets")
+	}
+	h.slow.Lock()
+	defer h.slow.Unlock()
+	if fail := e.consolidate(h, l, 1<<62); fail != nil {
+		return fail
+	}
+	r := e.eval(h, scriptMerge, key, [][]byte{key, l.Bucket(0)}, l.Marker())
+	switch code, _, ok := pair(r); {
+	case !ok:
+		return r
+	case code == 0:
+		e.Forget(key)
+		return resp.AppendError(nil, "ERR hotkeyproxy: '"+h.name+"' changed meanwhile (deleted or made again); nothing done")
+	}
+	for i := 1; i < l.N(); i++ {
+		b := l.Bucket(i)
+		r := e.eval(h, scriptDrain, b, [][]byte{b})
+		v, _, ok := pair(r)
+		if !ok {
+			return r
+		}
+		if v != 0 {
+			if r := e.send(h, []Request{{Key: key, Args: [][]byte{[]byte("INCRBY"), key, strconv.AppendInt(nil, v, 10)}}})[0]; resp.IsError(r) {
+				return r
+			}
+		}
+	}
+	e.Forget(key)
+	e.publish(h, '-')
+	return []byte("+OK\r\n")
+}
