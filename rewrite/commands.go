@@ -284,7 +284,7 @@ func (e *Engine) addOnce(h *hotKey, delta int64, client uint64) []byte {
 func (e *Engine) script(h *hotKey, name string, args [][]byte, client uint64) []byte {
 	var s *config.Script
 	if strings.HasPrefix(name, "evalsha") {
-		s = e.scripts[strings.ToLower(string(args[1]))]
+		s = e.settings.Load().scripts[strings.ToLower(string(args[1]))]
 	} else {
 		s = e.scriptByBody(args[1])
 	}

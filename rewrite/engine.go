@@ -45,10 +45,8 @@ const recheck = time.Second
 // Engine answers the commands on hot keys. Safe for concurrent use.
 type Engine struct {
 	up         Upstream
-	registry   *hotkey.Registry
-	scripts    map[string]*config.Script // declared deduct scripts by SHA1
-	soldoutTTL time.Duration
 	standalone bool
+	settings   atomic.Pointer[settings] // replaced whole by Reload
 
 	mu   sync.Mutex
 	keys map[string]*hotKey
@@ -58,31 +56,68 @@ type Engine struct {
 	learned atomic.Pointer[map[string]bool]
 }
 
+// settings are the parts of the config the engine follows live.
+type settings struct {
+	registry   *hotkey.Registry
+	scripts    map[string]*config.Script // declared deduct scripts by SHA1
+	soldoutTTL time.Duration
+}
+
 // New returns an engine for cfg's hot keys and deduct scripts.
 func New(up Upstream, cfg *config.Config) *Engine {
 	e := &Engine{
 		up:         up,
-		registry:   hotkey.NewRegistry(cfg.Hotkeys.Keys),
-		scripts:    make(map[string]*config.Script),
-		soldoutTTL: cfg.Hotkeys.SoldoutTTL.Duration(),
 		standalone: cfg.Upstream.Mode == config.ModeStandalone,
 		keys:       make(map[string]*hotKey),
 	}
+	e.Reload(cfg)
+	return e
+}
+
+// Reload applies cfg's hot-key rules, deduct scripts and soldout_ttl; the
+// upstream mode is fixed at New. A key that a rule no longer names keeps
+// its buckets and stays hot while it holds a layout, as a learned key
+// does: dropping a rule never strands stock (PROXY UNSHARD merges it).
+func (e *Engine) Reload(cfg *config.Config) {
+	st := &settings{
+		registry:   hotkey.NewRegistry(cfg.Hotkeys.Keys),
+		scripts:    make(map[string]*config.Script, len(cfg.Scripts)),
+		soldoutTTL: cfg.Hotkeys.SoldoutTTL.Duration(),
+	}
 	for i := range cfg.Scripts {
-		e.scripts[cfg.Scripts[i].SHA1()] = &cfg.Scripts[i]
+		sc := cfg.Scripts[i]
+		st.scripts[sc.SHA1()] = &sc
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.settings.Store(st)
+	for name, h := range e.keys {
+		was := h.conf.Load().configured
+		h.conf.Store(e.keyConf([]byte(name)))
+		if was && !h.conf.Load().configured && h.layout.Load() != nil {
+			e.learnLocked([]byte(name))
+		}
 	}
 	for _, r := range cfg.Hotkeys.Keys {
 		if !strings.ContainsAny(r.Match, `*?[\`) {
-			e.key([]byte(r.Match)) // listed by PROXY HOTKEYS from the start
+			e.keyLocked([]byte(r.Match)) // listed by PROXY HOTKEYS from the start
 		}
 	}
-	return e
+}
+
+// keyConf is what the rules say of key now.
+func (e *Engine) keyConf(key []byte) *keyConf {
+	rule, ok := e.settings.Load().registry.Lookup(key)
+	if !ok {
+		rule = config.KeyRule{Match: string(key), Route: config.RouteRandom}
+	}
+	return &keyConf{rule: rule, configured: ok}
 }
 
 // Hot reports whether key is held as buckets: a rule names it, or it was
 // learned.
 func (e *Engine) Hot(key []byte) bool {
-	if _, ok := e.registry.Lookup(key); ok {
+	if _, ok := e.settings.Load().registry.Lookup(key); ok {
 		return true
 	}
 	m := e.learned.Load()
@@ -95,6 +130,10 @@ func (e *Engine) Hot(key []byte) bool {
 func (e *Engine) Learn(key []byte) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.learnLocked(key)
+}
+
+func (e *Engine) learnLocked(key []byte) {
 	old := e.learned.Load()
 	if old != nil && (*old)[string(key)] {
 		return
@@ -111,18 +150,14 @@ func (e *Engine) Learn(key []byte) {
 // scriptByBody is the declared deduct script with this body, if any.
 func (e *Engine) scriptByBody(body []byte) *config.Script {
 	sum := sha1.Sum(body)
-	return e.scripts[hex.EncodeToString(sum[:])]
+	return e.settings.Load().scripts[hex.EncodeToString(sum[:])]
 }
 
 // hotKey is what the engine keeps of one hot key. Redis holds the truth;
 // all of this only saves round trips.
 type hotKey struct {
 	name string
-	rule config.KeyRule
-	// configured: a hotkeys.keys rule names the key, so this proxy makes
-	// it hot (converts it, makes it) whatever it holds. Otherwise it was
-	// learned, and is hot only while it holds a layout.
-	configured bool
+	conf atomic.Pointer[keyConf] // replaced by Reload
 	layout atomic.Pointer[Layout] // nil until read or made
 	// last is the last value seen of each bucket, room for any layout's:
 	// never reallocated, so readers need no lock.
@@ -146,11 +181,8 @@ func (e *Engine) key(k []byte) *hotKey {
 func (e *Engine) keyLocked(k []byte) *hotKey {
 	h := e.keys[string(k)]
 	if h == nil {
-		rule, ok := e.registry.Lookup(k)
-		if !ok {
-			rule = config.KeyRule{Match: string(k), Route: config.RouteRandom}
-		}
-		h = &hotKey{name: string(k), rule: rule, configured: ok, last: make([]atomic.Int64, config.MaxBuckets)}
+		h = &hotKey{name: string(k), last: make([]atomic.Int64, config.MaxBuckets)}
+		h.conf.Store(e.keyConf(k))
 		e.keys[h.name] = h
 	}
 	return h
@@ -158,8 +190,8 @@ func (e *Engine) keyLocked(k []byte) *hotKey {
 
 // buckets is the number of buckets a new layout of h gets.
 func (e *Engine) buckets(h *hotKey) int {
-	if h.rule.Buckets > 0 {
-		return h.rule.Buckets
+	if n := h.conf.Load().rule.Buckets; n > 0 {
+		return n
 	}
 	if e.standalone {
 		return config.DefaultStandaloneBuckets
@@ -189,7 +221,7 @@ const (
 // (INCR, SET…), which is what a first write does to a plain key. fail is
 // the reply to give when the state is stateFailed.
 func (e *Engine) load(h *hotKey, create bool) (l *Layout, st state, fail []byte) {
-	return e.loadAs(h, create, h.configured, 0)
+	return e.loadAs(h, create, h.conf.Load().configured, 0)
 }
 
 // loadAs is load for a key that may be converted (or made) when convert is
@@ -399,7 +431,7 @@ func pair(r []byte) (a, b int64, ok bool) {
 
 // startBucket is where a deduct begins: random, or fixed per client.
 func (h *hotKey) startBucket(n int, client uint64) int {
-	if h.rule.Route == config.RouteClient {
+	if h.conf.Load().rule.Route == config.RouteClient {
 		return int(client % uint64(n))
 	}
 	return rand.IntN(n)
@@ -412,12 +444,13 @@ func (h *hotKey) startBucket(n int, client uint64) int {
 // per ttl, not one each.
 func (e *Engine) soldOut(h *hotKey, amount int64) bool {
 	at := h.soldAt.Load()
-	if at == 0 || e.soldoutTTL <= 0 || amount < h.soldAmount.Load() {
+	ttl := e.settings.Load().soldoutTTL
+	if at == 0 || ttl <= 0 || amount < h.soldAmount.Load() {
 		return false
 	}
 	// Once expired, the caller that moves soldAt on checks; the rest wait
 	// on its answer, which comes within one round trip.
-	return time.Since(time.Unix(0, at)) < e.soldoutTTL || !h.soldAt.CompareAndSwap(at, time.Now().UnixNano())
+	return time.Since(time.Unix(0, at)) < ttl || !h.soldAt.CompareAndSwap(at, time.Now().UnixNano())
 }
 
 // deduct takes amount from one bucket that holds it: first the buckets
@@ -496,7 +529,7 @@ func (e *Engine) deduct(h *hotKey, l *Layout, amount int64, client uint64) (ok b
 // waited for another's conclusion takes it.
 func (e *Engine) soldOutSeen(h *hotKey, amount int64) bool {
 	at := h.soldAt.Load()
-	return at != 0 && amount >= h.soldAmount.Load() && time.Since(time.Unix(0, at)) < max(e.soldoutTTL, moveGap)
+	return at != 0 && amount >= h.soldAmount.Load() && time.Since(time.Unix(0, at)) < max(e.settings.Load().soldoutTTL, moveGap)
 }
 
 // moveGap is how long a proxy that found too little stock waits before it
@@ -581,4 +614,13 @@ func (e *Engine) incrBy(h *hotKey, l *Layout, amount int64) (fail []byte) {
 	h.last[0].Store(v)
 	h.soldAt.Store(0) // stock is back
 	return nil
+}
+
+// keyConf is what the config says of one key.
+type keyConf struct {
+	rule config.KeyRule
+	// configured: a hotkeys.keys rule names the key, so this proxy makes
+	// it hot (converts it, makes it) whatever it holds. Otherwise it was
+	// learned, and is hot only while it holds a layout.
+	configured bool
 }

@@ -63,7 +63,7 @@ func (e *Engine) Report() []byte {
 		out = field(out, "buckets", strconv.AppendInt(nil, int64(n), 10))
 		out = field(out, "sum", strconv.AppendInt(nil, sum, 10))
 		sold := "no"
-		if at := h.soldAt.Load(); at != 0 && time.Since(time.Unix(0, at)) < e.soldoutTTL {
+		if at := h.soldAt.Load(); at != 0 && time.Since(time.Unix(0, at)) < e.settings.Load().soldoutTTL {
 			sold = "yes"
 		}
 		out = field(out, "sold_out", []byte(sold))

@@ -40,7 +40,7 @@ func (e *Engine) News(msg []byte) {
 func (e *Engine) Forget(key []byte) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if h := e.keys[string(key)]; h != nil && !h.configured {
+	if h := e.keys[string(key)]; h != nil && !h.conf.Load().configured {
 		delete(e.keys, string(key))
 	}
 	old := e.learned.Load()
@@ -68,7 +68,7 @@ func (e *Engine) Shard(key []byte, n int) []byte {
 	case stateOther:
 		return resp.AppendError(nil, "ERR hotkeyproxy: '"+h.name+"' does not hold an integer; only counters can be held as buckets")
 	}
-	if !h.configured {
+	if !h.conf.Load().configured {
 		e.Learn(key)
 	}
 	return []byte("+OK\r\n")
@@ -85,7 +85,7 @@ func (e *Engine) Shard(key []byte, n int) []byte {
 // again at once.
 func (e *Engine) Unshard(key []byte) []byte {
 	h := e.key(key)
-	if h.configured {
+	if h.conf.Load().configured {
 		return resp.AppendError(nil, "ERR hotkeyproxy: '"+h.name+"' is marked hot by hotkeys.keys in proxy.yaml; remove it there first")
 	}
 	l, st, fail := e.load(h, false)
