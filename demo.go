@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"strings"
 	"time"
@@ -59,7 +60,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "hotkeyproxy demo:", err)
 		return 1
 	}
-	log := newLogger(cfg.Log, stderr)
+	log := newLogger(cfg.Log, new(slog.LevelVar), stderr)
 	srv, err := proxy.New(cfg, log)
 	if err != nil {
 		fmt.Fprintln(stderr, "hotkeyproxy demo:", err)

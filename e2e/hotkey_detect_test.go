@@ -28,8 +28,10 @@ func TestHotKeyPromotion(t *testing.T) {
 		t.Skip("redis-benchmark not installed")
 	}
 	const key, requests = "stock:promo", 100000
+	scripts := hkScripts(t)
 	e := startClusterEnv(t, func(c *config.Config) {
 		c.Hotkeys.Keys = nil
+		c.Scripts = scripts // the same file on both proxies, but for detection
 		c.Hotkeys.Detect = config.Detect{Enabled: true, SampleRate: 0.05, Window: config.Duration(500 * time.Millisecond),
 			Threshold: 1000, Capacity: 1000, Promote: []string{"stock:*"}}
 	})

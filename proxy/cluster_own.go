@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"strconv"
 	"strings"
 
 	"github.com/hotkeyproxy/hotkeyproxy/cluster"
@@ -558,21 +557,4 @@ func rawOf(cmd *resp.Command) []byte {
 		return cmd.Raw
 	}
 	return resp.AppendCommand(nil, cmd.Args...)
-}
-
-// infoSection is the proxy's own INFO section, added when the client asks
-// for all sections or for "proxy".
-func (srv *Server) infoSection(args [][]byte, t *topology) string {
-	want := len(args) == 0
-	for _, a := range args {
-		switch strings.ToLower(string(a)) {
-		case "all", "everything", "default", "proxy":
-			want = true
-		}
-	}
-	if !want {
-		return ""
-	}
-	return "\r\n# Proxy\r\nproxy_upstream_mode:cluster\r\nproxy_cluster_masters:" +
-		strconv.Itoa(len(t.masters)) + "\r\nproxy_connected_clients:" + strconv.Itoa(srv.Clients()) + "\r\n"
 }

@@ -630,8 +630,10 @@ func (r *roundTripper) redirect(p *clusterPart) (target *node, first []byte, aga
 	c := r.c
 	if addr, asking := parseRedirect(p.reply); addr != "" {
 		if asking {
+			c.m.ask.Inc()
 			return c.node(addr), askingReq, false
 		}
+		c.m.moved.Inc()
 		c.refresh()
 		return c.node(addr), nil, false
 	}

@@ -48,6 +48,7 @@ func (t *topology) masterIndex(n *node) int { return slices.Index(t.masters, n) 
 type clusterUpstream struct {
 	cfg   *config.Upstream
 	log   *slog.Logger
+	m     *metrics
 	topo  atomic.Pointer[topology]
 	keys  atomic.Pointer[keyspec.Table]
 	wake  chan struct{} // cap 1: refresh now
@@ -60,10 +61,11 @@ type clusterUpstream struct {
 	scripts scriptCache
 }
 
-func newClusterUpstream(cfg *config.Upstream, log *slog.Logger) *clusterUpstream {
+func newClusterUpstream(cfg *config.Upstream, log *slog.Logger, m *metrics) *clusterUpstream {
 	c := &clusterUpstream{
 		cfg:   cfg,
 		log:   log,
+		m:     m,
 		wake:  make(chan struct{}, 1),
 		quit:  make(chan struct{}),
 		done:  make(chan struct{}),
@@ -93,6 +95,7 @@ func (c *clusterUpstream) node(addr string) *node {
 			timeout:  c.cfg.DialTimeout.Duration(),
 		}
 		n = &node{addr: addr, pool: newPool(d, c.cfg.ConnsPerNode)}
+		n.pool.m, n.pool.log = c.m.node(addr), c.log
 		c.nodes[addr] = n
 	}
 	return n
@@ -200,8 +203,11 @@ func (c *clusterUpstream) loadFrom(n *node) error {
 		}
 		c.keys.Store(k)
 	}
-	if old := c.topo.Swap(t); old == nil || old.slots != t.slots {
-		c.log.Info("cluster slot map loaded", "from", n.addr, "masters", t.describe())
+	switch old := c.topo.Swap(t); {
+	case old == nil:
+		c.log.Info("cluster slot map loaded", "from", n.addr, "master_count", len(t.masters), "masters", t.describe())
+	case old.slots != t.slots:
+		c.log.Info("cluster topology changed", "from", n.addr, "master_count", len(t.masters), "masters", t.describe())
 	}
 	return nil
 }

@@ -3,21 +3,25 @@ package proxy
 import (
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
 	"github.com/hotkeyproxy/hotkeyproxy/hotkey"
+	"github.com/hotkeyproxy/hotkeyproxy/keyspec"
 	"github.com/hotkeyproxy/hotkeyproxy/resp"
 )
 
 // detection is the detector with what the proxy does with its findings:
 // log them, and promote (and demote) the keys ops allow.
 type detection struct {
-	d   *hotkey.Detector
-	cfg config.Detect
+	d *hotkey.Detector
 
-	mu       sync.Mutex
+	mu       sync.Mutex // guards cfg and promoted
+	cfg      config.Detect
 	promoted map[string]bool // keys this proxy sharded because they turned hot
+
+	promotions, demotions atomic.Uint64
 }
 
 // newDetection returns the detection of cfg; its detector counts nothing
@@ -30,19 +34,23 @@ func newDetection(cfg config.Detect) (*detection, error) {
 	return &detection{d: d, cfg: cfg, promoted: make(map[string]bool)}, nil
 }
 
-// observe counts cmd's keys (args[i] for i in idx) when the command is
-// sampled: most commands pay one random draw and nothing else.
-func (s *session) observe(args [][]byte, idx []int) {
-	dt := s.srv.detect
-	if len(idx) == 0 || !dt.d.Sample() {
-		return
+// reload applies new detector settings; the keys counted so far stay.
+func (dt *detection) reload(cfg config.Detect) error {
+	if err := dt.d.SetConfig(cfg); err != nil {
+		return err
 	}
-	write := false
-	if t := s.srv.keyTable(); t != nil {
-		write = t.Writes(args)
-	}
+	dt.mu.Lock()
+	dt.cfg = cfg
+	dt.mu.Unlock()
+	return nil
+}
+
+// observe counts the keys of a sampled command (args[i] for i in idx),
+// as writes when Redis flags the command so.
+func (s *session) observe(table *keyspec.Table, args [][]byte, idx []int) {
+	write := table.Writes(args)
 	for _, i := range idx {
-		dt.d.Add(args[i], write)
+		s.srv.detect.d.Add(args[i], write)
 	}
 }
 
@@ -52,7 +60,7 @@ func (s *session) observe(args [][]byte, idx []int) {
 // once cool, with detect.demote). It returns when stop is closed.
 func (s *Server) watchDetected(stop <-chan struct{}) {
 	dt := s.detect
-	tick := time.NewTicker(min(dt.cfg.Window.Duration()/4, 250*time.Millisecond))
+	tick := time.NewTicker(min(dt.settings().Window.Duration()/4, 250*time.Millisecond))
 	defer tick.Stop()
 	for {
 		select {
@@ -69,6 +77,7 @@ func (s *Server) watchDetected(stop <-chan struct{}) {
 // detected acts on one change of the detector.
 func (s *Server) detected(c hotkey.Detected) {
 	dt := s.detect
+	cfg := dt.settings()
 	rates := []any{"key", c.Key, "read_ops_per_sec", int64(c.ReadRate), "write_ops_per_sec", int64(c.WriteRate)}
 	if !c.Hot {
 		s.log.Info("key cooled", rates...)
@@ -76,16 +85,20 @@ func (s *Server) detected(c hotkey.Detected) {
 		promoted := dt.promoted[c.Key]
 		delete(dt.promoted, c.Key)
 		dt.mu.Unlock()
-		if promoted && dt.cfg.Demote {
-			s.log.Info("demoting key", "key", c.Key, "reply", replyText(s.hot.Unshard([]byte(c.Key))))
+		if promoted && cfg.Demote {
+			r := s.hot.Unshard([]byte(c.Key))
+			if string(r) == "+OK\r\n" {
+				dt.demotions.Add(1)
+			}
+			s.log.Info("demoting key", "key", c.Key, "reply", replyText(r))
 		}
 		return
 	}
 	s.log.Info("key turned hot", append(rates, "read_hot", c.ReadHot, "write_hot", c.WriteHot)...)
-	if !c.WriteHot || !dt.promotable(c.Key) || s.hot.Hot([]byte(c.Key)) {
+	if !c.WriteHot || !promotable(cfg.Promote, c.Key) || s.hot.Hot([]byte(c.Key)) {
 		return
 	}
-	if dt.cfg.DryRun {
+	if cfg.DryRun {
 		s.log.Info("would promote key (detect.dry_run)", "key", c.Key)
 		return
 	}
@@ -94,13 +107,21 @@ func (s *Server) detected(c hotkey.Detected) {
 		dt.mu.Lock()
 		dt.promoted[c.Key] = true
 		dt.mu.Unlock()
+		dt.promotions.Add(1)
 	}
 	s.log.Info("promoting key", "key", c.Key, "reply", replyText(r))
 }
 
+// settings are the detector's settings now.
+func (dt *detection) settings() config.Detect {
+	dt.mu.Lock()
+	defer dt.mu.Unlock()
+	return dt.cfg
+}
+
 // promotable reports whether a detect.promote glob matches key.
-func (dt *detection) promotable(key string) bool {
-	for _, p := range dt.cfg.Promote {
+func promotable(globs []string, key string) bool {
+	for _, p := range globs {
 		if hotkey.Match([]byte(p), []byte(key)) {
 			return true
 		}

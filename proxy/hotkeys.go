@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hotkeyproxy/hotkeyproxy/cluster"
 	"github.com/hotkeyproxy/hotkeyproxy/config"
@@ -93,17 +94,26 @@ func (srv *Server) keyTable() *keyspec.Table {
 	if k := srv.keys.Load(); k != nil {
 		return k
 	}
+	// After a failure, asked again once a second at most: not once per
+	// command while Redis is down or answers COMMAND with something else.
+	if at := srv.keysErr.Load(); at != 0 && time.Since(time.Unix(0, at)) < time.Second {
+		return nil
+	}
 	srv.keysMu.Lock() // one COMMAND at a time, however many clients ask
 	defer srv.keysMu.Unlock()
 	if k := srv.keys.Load(); k != nil {
 		return k
 	}
-	replies, err := srv.pool.ask(resp.AppendCommand(nil, []byte("COMMAND")), 1)
-	if err != nil {
+	if at := srv.keysErr.Load(); at != 0 && time.Since(time.Unix(0, at)) < time.Second {
 		return nil
 	}
-	k, err := keyspec.Parse(replies[0])
+	replies, err := srv.pool.ask(resp.AppendCommand(nil, []byte("COMMAND")), 1)
+	var k *keyspec.Table
+	if err == nil {
+		k, err = keyspec.Parse(replies[0])
+	}
 	if err != nil {
+		srv.keysErr.Store(time.Now().UnixNano())
 		return nil
 	}
 	srv.keys.Store(k)
@@ -118,8 +128,13 @@ var perKey = map[string]bool{"mget": true, "del": true, "unlink": true, "exists"
 // did. Hot keys live in db 0.
 func (s *session) hotCommand(cmd *resp.Command, name string) bool {
 	e := s.srv.hot
-	if e == nil || s.db != 0 || s.streaming {
+	if s.db != 0 || s.streaming {
 		return false
+	}
+	s.markLayout(name, cmd.Args)
+	sampled := s.srv.detect.d.Sample()
+	if !sampled && !e.Any() {
+		return false // no key can be hot: no need to know which are keys
 	}
 	table := s.srv.keyTable()
 	if table == nil {
@@ -136,7 +151,9 @@ func (s *session) hotCommand(cmd *resp.Command, name string) bool {
 	}
 	var buf [8]int
 	idx, _ := table.Keys(cmd.Args, buf[:0])
-	s.observe(cmd.Args, idx)
+	if sampled {
+		s.observe(table, cmd.Args, idx)
+	}
 	hot := -1
 	for _, i := range idx {
 		if e.Hot(cmd.Args[i]) {
@@ -145,9 +162,9 @@ func (s *session) hotCommand(cmd *resp.Command, name string) bool {
 		}
 	}
 	if hot < 0 {
-		s.markLayout(name, cmd.Args, idx)
 		return false
 	}
+	s.unmarkLayout()
 	if s.inMulti {
 		s.replyError("ERR hotkeyproxy: '" + string(cmd.Args[hot]) + "' is a hot key held as buckets; it cannot be used inside MULTI")
 		s.cs.txDirty = true
@@ -215,23 +232,49 @@ var failsOnLayout = map[string]bool{
 	"eval": true, "evalsha": true, "eval_ro": true, "evalsha_ro": true,
 }
 
-// markLayout notes a command being relayed whose reply readLayouts is to
-// look at, when it may show a layout.
-func (s *session) markLayout(name string, args [][]byte, idx []int) {
-	failed := failsOnLayout[name] && len(idx) == 1
-	if name != "get" && name != "mget" && !failed || s.inMulti || s.pinned() {
+// markLayout notes a command that may be relayed and whose reply
+// readLayouts is to look at: GET, MGET, and those that fail on a layout.
+// Their keys are where the command's syntax puts them, so the command
+// table is not needed.
+func (s *session) markLayout(name string, args [][]byte) {
+	keyAt, failed := 0, failsOnLayout[name]
+	switch {
+	case s.inMulti || s.pinned():
+		return
+	case failed && strings.HasPrefix(name, "eval"):
+		if len(args) < 4 || string(args[2]) != "1" {
+			return
+		}
+		keyAt = 3
+	case failed:
+		if len(args) < 2 {
+			return
+		}
+		keyAt = 1
+	case name != "get" && name != "mget":
 		return
 	}
-	m := layoutMark{reply: s.b.n + len(s.cs.cmds), first: len(s.markEnds), failed: failed}
+	m := layoutMark{reply: s.b.n + len(s.cs.cmds), first: len(s.markEnds), keyAt: keyAt, failed: failed}
 	for _, a := range args {
 		s.markArgs = append(s.markArgs, a...)
 		s.markEnds = append(s.markEnds, len(s.markArgs))
 	}
 	m.end = len(s.markEnds)
-	if failed {
-		m.keyAt = idx[0]
-	}
 	s.marks = append(s.marks, m)
+}
+
+// unmarkLayout drops the mark of the command just noted: it is answered
+// here, not relayed.
+func (s *session) unmarkLayout() {
+	if n := len(s.marks); n > 0 && s.marks[n-1].reply == s.b.n+len(s.cs.cmds) {
+		m := s.marks[n-1]
+		s.marks = s.marks[:n-1]
+		s.markEnds = s.markEnds[:m.first]
+		s.markArgs = s.markArgs[:0]
+		if m.first > 0 {
+			s.markArgs = s.markArgs[:s.markEnds[m.first-1]]
+		}
+	}
 }
 
 // markedArgs are the arguments of m, pointing into markArgs.
@@ -346,6 +389,9 @@ func (s *session) proxyCommand(args [][]byte) {
 		default:
 			s.replyError("ERR syntax error. Try PROXY HELP.")
 		}
+	case "config":
+		s.flush()
+		s.configCommand(args)
 	case "shard", "unshard":
 		if len(args) < 3 || len(args) > 3 && sub == "unshard" || len(args) > 4 {
 			s.replyError(wrongArity("proxy|" + sub))
@@ -377,6 +423,10 @@ func (s *session) proxyCommand(args [][]byte) {
 			"    Hold <key>, a counter, as buckets from now on, live; every proxy learns it.",
 			"UNSHARD <key>",
 			"    Turn a key held as buckets back into one plain key, live (not one hotkeys.keys names).",
+			"CONFIG GET [<pattern>]",
+			"    The running config's settings matching <pattern> (default *), by YAML path; secrets masked.",
+			"CONFIG RELOAD",
+			"    Read the config file again and apply what can change live (as SIGHUP does).",
 			"HELP",
 			"    Print this help.",
 		}

@@ -18,8 +18,9 @@ const newsRetry = time.Second
 // delivers PUBLISH to every node), and hands each message to the hot-key
 // engine, so that a key another proxy made hot, or plain again, is served
 // as such here within a round trip. While it is not subscribed, the layout
-// held in each key is the safety net (contract 9). It returns when stop is
-// closed.
+// held in each key is the safety net (contract 9). The server runs it when
+// hot keys are in use (rules, scripts or detection configured), as its
+// subscription shows in PUBSUB CHANNELS. It returns when stop is closed.
 func (s *Server) followLayouts(stop <-chan struct{}) {
 	for {
 		nc, br, err := s.dialNews()

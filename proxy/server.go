@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
 	"github.com/hotkeyproxy/hotkeyproxy/keyspec"
@@ -18,19 +21,26 @@ import (
 // Server is the client-facing side of the proxy: it accepts connections,
 // runs a session for each, and relays to the upstream Redis.
 type Server struct {
-	cfg     *config.Config
-	log     *slog.Logger
-	pool    *pool                         // standalone mode
-	cluster *clusterUpstream              // cluster mode
-	keys    atomic.Pointer[keyspec.Table] // standalone mode, once asked
-	keysMu  sync.Mutex                    // one asks
-	hot     *rewrite.Engine               // hot keys: the configured ones and those met
-	detect  *detection                    // finds hot keys in the traffic
+	cfg      *config.Config                // as started: listen, upstream…
+	live     atomic.Pointer[config.Config] // the running config: see config
+	reloader func() error                  // PROXY CONFIG RELOAD; see SetReloader
+	log      *slog.Logger
+	pool     *pool                         // standalone mode
+	cluster  *clusterUpstream              // cluster mode
+	keys     atomic.Pointer[keyspec.Table] // standalone mode, once asked
+	keysMu   sync.Mutex                    // one asks
+	keysErr  atomic.Int64                  // unix nanos of the last failed ask
+	hot      *rewrite.Engine               // hot keys: the configured ones and those met
+	detect   *detection                    // finds hot keys in the traffic
 
 	closing atomic.Bool
 	nextID  atomic.Uint64
 
-	mu       sync.Mutex // guards ln and sessions
+	m           *metrics
+	ready       readiness      // Ready's last answer
+	httpServers []*http.Server // ServeMetrics's; guarded by mu
+
+	mu       sync.Mutex // guards ln, sessions and httpServers
 	ln       net.Listener
 	sessions map[*session]struct{}
 	wg       sync.WaitGroup // one per running session
@@ -43,6 +53,8 @@ type Server struct {
 // it is back.
 func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	s := &Server{cfg: cfg, log: log, sessions: make(map[*session]struct{})}
+	s.live.Store(cfg)
+	s.m = newMetrics(prometheus.NewRegistry(), s.Clients)
 	switch cfg.Upstream.Mode {
 	case config.ModeStandalone:
 		d := dialer{
@@ -52,8 +64,9 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 			timeout:  cfg.Upstream.DialTimeout.Duration(),
 		}
 		s.pool = newPool(d, cfg.Upstream.ConnsPerNode)
+		s.pool.m, s.pool.log = s.m.node(d.addr), log
 	case config.ModeCluster:
-		s.cluster = newClusterUpstream(&cfg.Upstream, log)
+		s.cluster = newClusterUpstream(&cfg.Upstream, log, s.m)
 	default:
 		return nil, fmt.Errorf("proxy: unknown upstream.mode %q", cfg.Upstream.Mode)
 	}
@@ -62,6 +75,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	if s.detect, err = newDetection(cfg.Hotkeys.Detect); err != nil {
 		return nil, err
 	}
+	s.m.reg.MustRegister(newHotKeyCollector(s))
 	return s, nil
 }
 
@@ -95,7 +109,9 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Unlock()
 	stop := make(chan struct{})
 	defer close(stop)
-	go s.followLayouts(stop)
+	if c := s.cfg; len(c.Hotkeys.Keys) > 0 || len(c.Scripts) > 0 || c.Hotkeys.Detect.Enabled {
+		go s.followLayouts(stop)
+	}
 	go s.watchDetected(stop)
 
 	var backoff time.Duration
@@ -126,10 +142,11 @@ func (s *Server) accept(nc net.Conn) {
 		tc.SetKeepAlive(true)
 	}
 	s.mu.Lock()
-	if s.closing.Load() || len(s.sessions) >= s.cfg.Limits.MaxClients {
+	if s.closing.Load() || len(s.sessions) >= s.config().Limits.MaxClients {
 		full := !s.closing.Load()
 		s.mu.Unlock()
 		if full {
+			s.m.rejectedClients.Inc()
 			nc.Write([]byte("-" + msgMaxClients + "\r\n"))
 		}
 		nc.Close()
@@ -199,5 +216,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		<-done
 	}
 	s.closeUpstream()
+	s.closeMetrics()
 	return err
 }

@@ -85,6 +85,8 @@ type session struct {
 
 	cs clusterState // cluster mode's routing and transaction state
 
+	m sessionMetrics // commands not yet counted in the metrics
+
 	// Relayed commands whose replies may show a key held as buckets that
 	// this proxy did not know was hot (contract 9): see markLayout.
 	marks    []layoutMark
@@ -99,11 +101,11 @@ func newSession(srv *Server, nc net.Conn, id uint64) *session {
 		srv:    srv,
 		nc:     nc,
 		id:     id,
-		rd:     resp.NewCommandReader(nc, int(srv.cfg.Limits.QueryBuffer), int64(srv.cfg.Limits.MaxBulk)),
-		authed: srv.cfg.Password == "",
+		rd:     resp.NewCommandReader(nc, int(srv.config().Limits.QueryBuffer), int64(srv.config().Limits.MaxBulk)),
+		authed: srv.config().Password == "",
 	}
 	s.rd.SetAuthRequired(!s.authed)
-	s.w = newClientWriter(nc, int(srv.cfg.Limits.QueryBuffer))
+	s.w = newClientWriter(nc, int(srv.config().Limits.QueryBuffer))
 	s.b.doneCh = make(chan struct{}, 1)
 	s.cs.txSlot = -1
 	s.cs.c, s.cs.id = srv.cluster, id
@@ -114,7 +116,7 @@ func newSession(srv *Server, nc net.Conn, id uint64) *session {
 // client breaks the protocol.
 func (s *session) serve() {
 	defer s.close()
-	idle := s.srv.cfg.Limits.IdleTimeout.Duration()
+	idle := s.srv.config().Limits.IdleTimeout.Duration()
 	for {
 		if idle > 0 && !s.streaming {
 			s.nc.SetReadDeadline(time.Now().Add(idle))
@@ -137,7 +139,7 @@ func (s *session) serve() {
 				s.out = resp.AppendError(s.out, "ERR "+pe.Error())
 			case errors.Is(err, resp.ErrQueryBufferExceeded):
 				s.srv.log.Warn("closing client that reached the query buffer limit",
-					"client", s.nc.RemoteAddr().String(), "limit", s.srv.cfg.Limits.QueryBuffer.String())
+					"client", s.nc.RemoteAddr().String(), "limit", s.srv.config().Limits.QueryBuffer.String())
 				s.out = resp.AppendError(s.out, "ERR max query buffer length reached, closing connection")
 			default:
 				return
@@ -194,6 +196,7 @@ func (s *session) replyError(msg string) { s.reply(resp.AppendError(nil, msg)) }
 
 // write sends the pending replies to the client.
 func (s *session) write() bool {
+	s.m.replied(s.out)
 	if len(s.out) == 0 {
 		return true
 	}
@@ -207,7 +210,7 @@ func (s *session) write() bool {
 	}
 	if errors.Is(err, errOutputLimit) {
 		s.srv.log.Warn("closing client that does not read its replies",
-			"client", s.nc.RemoteAddr().String(), "limit", s.srv.cfg.Limits.QueryBuffer.String())
+			"client", s.nc.RemoteAddr().String(), "limit", s.srv.config().Limits.QueryBuffer.String())
 	}
 	if cap(s.out) > 4*maxPendingOut {
 		s.out = nil // a big reply once should not pin memory for good
@@ -219,6 +222,7 @@ func (s *session) write() bool {
 
 func (s *session) handle(cmd *resp.Command) {
 	r, name := classify(cmd.Args, &s.nameBuf)
+	s.m.add(s.srv.m, name, s.streaming)
 	if !s.authed && !runsBeforeAuth(name) {
 		s.replyError(msgNoAuth)
 		return
@@ -241,6 +245,10 @@ func (s *session) handle(cmd *resp.Command) {
 		}
 		s.local(cmd, string(name))
 	case routeShared:
+		if string(name) == "info" && !s.inMulti && !s.pinned() {
+			s.standaloneInfo(cmd)
+			return
+		}
 		if s.inMulti && string(name) == "exec" && s.cs.txDirty {
 			// A hot key was refused inside it: it fails as a
 			// transaction with a refused command does in Redis.
@@ -442,7 +450,7 @@ func (s *session) watchClient() (stop func() (clientGone bool)) {
 	var data []byte
 	var gone bool
 	own := s.own.nc
-	limit := int(s.srv.cfg.Limits.QueryBuffer)
+	limit := int(s.srv.config().Limits.QueryBuffer)
 	if !s.srv.closing.Load() {
 		// Redis's timeout spares blocked clients; a deadline would also
 		// end the watch early and leave the command behind if the client
@@ -750,7 +758,7 @@ func maskSecrets(reply []byte) []byte {
 func (s *session) resetState() {
 	s.endTx()
 	s.db, s.name, s.shared = 0, nil, nil
-	s.authed = s.srv.cfg.Password == ""
+	s.authed = s.srv.config().Password == ""
 	s.rd.SetAuthRequired(!s.authed)
 }
 
@@ -761,7 +769,7 @@ func wrongArity(name string) string {
 // checkAuth authenticates as Redis's default user with the proxy's
 // password; with no password set, the default user takes any password.
 func (s *session) checkAuth(user, pass []byte) bool {
-	want := string(s.srv.cfg.Password)
+	want := string(s.srv.config().Password)
 	if string(user) != "default" {
 		return false
 	}
@@ -780,7 +788,7 @@ func (s *session) auth(args [][]byte) {
 		s.replyError(wrongArity("auth"))
 	case len(args) > 3:
 		s.replyError(msgSyntax)
-	case len(args) == 2 && s.srv.cfg.Password == "":
+	case len(args) == 2 && s.srv.config().Password == "":
 		s.replyError(msgNoPassword)
 	case len(args) == 2 && s.checkAuth([]byte("default"), args[1]),
 		len(args) == 3 && s.checkAuth(args[1], args[2]):

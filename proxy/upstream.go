@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"runtime"
 	"strconv"
@@ -103,6 +104,9 @@ type batch struct {
 	// can be told apart.
 	ends []int
 	err  error
+	// sent is monoNow when the write that carried it began, set on the
+	// last batch of each write only: the metrics time writes, not batches.
+	sent time.Duration
 	// doneCh is signalled once per send, when all replies are in or the
 	// connection failed; cap 1 so the reader never waits on the session.
 	doneCh chan struct{}
@@ -117,6 +121,7 @@ type batch struct {
 type sharedConn struct {
 	nc   net.Conn
 	br   *bufio.Reader
+	m    *nodeMetrics
 	wake chan struct{} // cap 1: writeLoop has pending batches to send
 	quit chan struct{} // closed when the connection fails
 
@@ -132,9 +137,9 @@ type sharedConn struct {
 	wbufs    net.Buffers
 }
 
-func newSharedConn(nc net.Conn, br *bufio.Reader) *sharedConn {
+func newSharedConn(nc net.Conn, br *bufio.Reader, m *nodeMetrics) *sharedConn {
 	c := &sharedConn{
-		nc: nc, br: br,
+		nc: nc, br: br, m: m,
 		wake: make(chan struct{}, 1),
 		quit: make(chan struct{}),
 	}
@@ -178,6 +183,15 @@ func (c *sharedConn) writePending() bool {
 		c.mu.Unlock()
 		return false
 	}
+	n := 0
+	for _, b := range c.pending {
+		b.sent = 0
+		n += b.n
+	}
+	if len(c.pending) > 0 {
+		c.pending[len(c.pending)-1].sent = monoNow()
+	}
+	c.m.requests.Add(float64(n))
 	c.wbatches, c.pending = c.pending, c.wbatches[:0]
 	c.inflight = append(c.inflight, c.wbatches...)
 	c.mu.Unlock()
@@ -226,6 +240,9 @@ func (c *sharedConn) fail(err error) {
 	}
 	c.err = err
 	c.dead.Store(true)
+	if !errors.Is(err, ErrUpstreamClosed) {
+		c.m.errors.Inc()
+	}
 	pending := c.pending
 	c.pending = nil
 	c.mu.Unlock()
@@ -289,6 +306,9 @@ func (c *sharedConn) readLoop() {
 		c.inflight[0] = nil
 		c.inflight = c.inflight[1:]
 		c.mu.Unlock()
+		if b.sent != 0 {
+			c.m.seconds.Observe((monoNow() - b.sent).Seconds())
+		}
 		b.doneCh <- struct{}{}
 	}
 }
@@ -311,6 +331,9 @@ func (c *sharedConn) failInflight() {
 type pool struct {
 	dialer
 	perDB int
+	m     *nodeMetrics
+	log   *slog.Logger
+	state atomic.Int32 // nodeUnknown, nodeUp or nodeDown, by the last dial
 
 	mu     sync.Mutex
 	conns  map[int][]*sharedSlot // by db
@@ -332,7 +355,35 @@ type sharedSlot struct {
 }
 
 func newPool(d dialer, perDB int) *pool {
-	return &pool{dialer: d, perDB: perDB, conns: make(map[int][]*sharedSlot)}
+	return &pool{dialer: d, perDB: perDB, conns: make(map[int][]*sharedSlot),
+		m: noNodeMetrics, log: slog.New(slog.DiscardHandler)}
+}
+
+// A node's state, as the pool's last dial found it.
+const (
+	nodeUnknown = iota // not dialed yet
+	nodeUp
+	nodeDown
+)
+
+// dial is dialer.dial that counts failures and logs the node going down
+// (the first failure, or the first after a success) and coming back.
+// Redis refusing a SELECT is an answer, not a failure.
+func (p *pool) dial(db int) (net.Conn, *bufio.Reader, error) {
+	nc, br, err := p.dialer.dial(db)
+	var refused RedisError
+	switch {
+	case err == nil || errors.As(err, &refused):
+		if p.state.Swap(nodeUp) == nodeDown {
+			p.log.Info("upstream node up", "node", p.addr)
+		}
+	default:
+		p.m.errors.Inc()
+		if p.state.Swap(nodeDown) != nodeDown {
+			p.log.Warn("upstream node down", "node", p.addr, "err", err)
+		}
+	}
+	return nc, br, err
 }
 
 // get returns a healthy shared connection for db, dialing when the slot is
@@ -389,7 +440,7 @@ func (p *pool) get(db int, id uint64) (*sharedConn, error) {
 		nc.Close()
 		return nil, ErrUpstreamClosed
 	}
-	s.conn = newSharedConn(nc, br)
+	s.conn = newSharedConn(nc, br, p.m)
 	return s.conn, nil
 }
 

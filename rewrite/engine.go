@@ -124,6 +124,13 @@ func (e *Engine) Hot(key []byte) bool {
 	return m != nil && (*m)[string(key)]
 }
 
+// Any reports whether some key may be hot: a rule exists, or a key was
+// learned. Without, a command needs no look at its keys.
+func (e *Engine) Any() bool {
+	m := e.learned.Load()
+	return e.settings.Load().registry.Len() > 0 || m != nil && len(*m) > 0
+}
+
 // Learn makes key hot on this proxy from now on: it was found holding a
 // layout, or another proxy said it made one (contract 9). Its rule is the default
 // one: random route, bucket count as the layout says.
@@ -156,9 +163,9 @@ func (e *Engine) scriptByBody(body []byte) *config.Script {
 // hotKey is what the engine keeps of one hot key. Redis holds the truth;
 // all of this only saves round trips.
 type hotKey struct {
-	name string
-	conf atomic.Pointer[keyConf] // replaced by Reload
-	layout atomic.Pointer[Layout] // nil until read or made
+	name   string
+	conf   atomic.Pointer[keyConf] // replaced by Reload
+	layout atomic.Pointer[Layout]  // nil until read or made
 	// last is the last value seen of each bucket, room for any layout's:
 	// never reallocated, so readers need no lock.
 	last []atomic.Int64
@@ -166,7 +173,7 @@ type hotKey struct {
 	// Sold out: a deduct of soldAmount found no stock at soldAt (nanos).
 	soldAt     atomic.Int64
 	soldAmount atomic.Int64
-	count keyCounters
+	count      keyCounters
 	// slow serialises this proxy's deducts that move stock between
 	// buckets or conclude "sold out", so they do not race each other.
 	slow sync.Mutex

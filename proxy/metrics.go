@@ -1,0 +1,569 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/hotkeyproxy/hotkeyproxy/resp"
+)
+
+// Label values. Every label takes its values from a fixed set, so no
+// client can add series: commands from metricCommands (else "other"),
+// nodes from the upstream's addresses.
+const (
+	resultOK      = "ok"    // result: any reply but an error
+	resultError   = "error" // result: an error reply
+	commandOther  = "other" // command: a name not in metricCommands
+	redirectMoved = "moved" // kind: -MOVED, the slot has a new master
+	redirectAsk   = "ask"   // kind: -ASK, the slot is migrating
+)
+
+// metricCommands are the values of the command label: Redis 7.0's commands
+// (COMMAND LIST without subcommands), WAITAOF (7.2), the hash field
+// commands of 7.4 and 8.0, and the proxy's own. The routing table in
+// commands.go names only a subset of them (the rest are relayed), so the
+// label needs its own list; a test checks it covers the routing table.
+var metricCommands = []string{
+	"acl", "append", "asking", "auth", "bgrewriteaof", "bgsave", "bitcount",
+	"bitfield", "bitfield_ro", "bitop", "bitpos", "blmove", "blmpop", "blpop",
+	"brpop", "brpoplpush", "bzmpop", "bzpopmax", "bzpopmin", "client",
+	"cluster", "command", "config", "copy", "dbsize", "debug", "decr",
+	"decrby", "del", "discard", "dump", "echo", "eval", "eval_ro", "evalsha",
+	"evalsha_ro", "exec", "exists", "expire", "expireat", "expiretime",
+	"failover", "fcall", "fcall_ro", "flushall", "flushdb", "function",
+	"geoadd", "geodist", "geohash", "geopos", "georadius", "georadius_ro",
+	"georadiusbymember", "georadiusbymember_ro", "geosearch",
+	"geosearchstore", "get", "getbit", "getdel", "getex", "getrange",
+	"getset", "hdel", "hello", "hexists", "hexpire", "hexpireat",
+	"hexpiretime", "hget", "hgetall", "hgetdel", "hgetex", "hincrby",
+	"hincrbyfloat", "hkeys", "hlen", "hmget", "hmset", "hpersist", "hpexpire",
+	"hpexpireat", "hpexpiretime", "hpttl", "hrandfield", "hscan", "hset",
+	"hsetex", "hsetnx", "hstrlen", "httl", "hvals", "incr", "incrby",
+	"incrbyfloat", "info", "keys", "lastsave", "latency", "lcs", "lindex",
+	"linsert", "llen", "lmove", "lmpop", "lolwut", "lpop", "lpos", "lpush",
+	"lpushx", "lrange", "lrem", "lset", "ltrim", "memory", "mget", "migrate",
+	"module", "monitor", "move", "mset", "msetnx", "multi", "object",
+	"persist", "pexpire", "pexpireat", "pexpiretime", "pfadd", "pfcount",
+	"pfdebug", "pfmerge", "pfselftest", "ping", "proxy", "psetex",
+	"psubscribe", "psync", "pttl", "publish", "pubsub", "punsubscribe",
+	"quit", "randomkey", "readonly", "readwrite", "rename", "renamenx",
+	"replconf", "replicaof", "reset", "restore", "restore-asking", "role",
+	"rpop", "rpoplpush", "rpush", "rpushx", "sadd", "save", "scan", "scard",
+	"script", "sdiff", "sdiffstore", "select", "set", "setbit", "setex",
+	"setnx", "setrange", "shutdown", "sinter", "sintercard", "sinterstore",
+	"sismember", "slaveof", "slowlog", "smembers", "smismember", "smove",
+	"sort", "sort_ro", "spop", "spublish", "srandmember", "srem", "sscan",
+	"ssubscribe", "strlen", "subscribe", "substr", "sunion", "sunionstore",
+	"sunsubscribe", "swapdb", "sync", "time", "touch", "ttl", "type",
+	"unlink", "unsubscribe", "unwatch", "wait", "waitaof", "watch", "xack",
+	"xadd", "xautoclaim", "xclaim", "xdel", "xgroup", "xinfo", "xlen",
+	"xpending", "xrange", "xread", "xreadgroup", "xrevrange", "xsetid",
+	"xtrim", "zadd", "zcard", "zcount", "zdiff", "zdiffstore", "zincrby",
+	"zinter", "zintercard", "zinterstore", "zlexcount", "zmpop", "zmscore",
+	"zpopmax", "zpopmin", "zrandmember", "zrange", "zrangebylex",
+	"zrangebyscore", "zrangestore", "zrank", "zrem", "zremrangebylex",
+	"zremrangebyrank", "zremrangebyscore", "zrevrange", "zrevrangebylex",
+	"zrevrangebyscore", "zrevrank", "zscan", "zscore", "zunion",
+	"zunionstore",
+}
+
+// commandIndex maps a lower-case command name to its index in
+// metricCommands; "other" has index len(metricCommands).
+var commandIndex = func() map[string]uint16 {
+	m := make(map[string]uint16, len(metricCommands))
+	for i, name := range metricCommands {
+		m[name] = uint16(i)
+	}
+	return m
+}()
+
+// latencyBuckets are the buckets of the latency histograms, in seconds:
+// 100µs (a pipelined command's share of a round trip) to 10s (a blocking
+// command, a stalled node).
+var latencyBuckets = [...]float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+
+// metrics are a Server's Prometheus metrics, all made by newMetrics.
+// What the request path touches is resolved to children once, because
+// WithLabelValues hashes the labels and takes a lock on every call: per
+// command on its first use (commandMetrics), per node when the node is
+// first named (nodeMetrics).
+type metrics struct {
+	reg *prometheus.Registry
+
+	commands       *prometheus.CounterVec // command, result
+	commandSeconds *commandHistograms     // command
+	byCommand      []atomic.Pointer[commandMetrics]
+
+	rejectedClients prometheus.Counter
+
+	upstreamRequests *prometheus.CounterVec   // node
+	upstreamErrors   *prometheus.CounterVec   // node
+	upstreamSeconds  *prometheus.HistogramVec // node
+
+	moved, ask   prometheus.Counter
+	reloadOK     prometheus.Counter
+	reloadFailed prometheus.Counter
+}
+
+// newMetrics makes the proxy's metrics and registers them, with the Go
+// runtime and process collectors, on reg. clients reports the connected
+// clients at scrape time.
+func newMetrics(reg *prometheus.Registry, clients func() int) *metrics {
+	m := &metrics{
+		reg: reg,
+		commands: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hotkeyproxy_commands_total",
+			Help: "Commands answered, by command name (Redis's commands, else \"other\") and result (\"error\" for an error reply, else \"ok\"). Commands sent in subscribe mode count as ok.",
+		}, []string{"command", "result"}),
+		byCommand: make([]atomic.Pointer[commandMetrics], len(metricCommands)+1),
+		rejectedClients: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hotkeyproxy_rejected_clients_total",
+			Help: "Clients refused because limits.max_clients clients were connected.",
+		}),
+		upstreamRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hotkeyproxy_upstream_requests_total",
+			Help: "Requests written to an upstream node's shared connections, by node address.",
+		}, []string{"node"}),
+		upstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hotkeyproxy_upstream_errors_total",
+			Help: "Transport failures with an upstream node, by node address: failed dials and broken connections. Redis error replies are not counted here.",
+		}, []string{"node"}),
+		upstreamSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "hotkeyproxy_upstream_batch_duration_seconds",
+			Help:    "Time from writing a batch of pipelined requests to an upstream node's shared connection (one write: the requests of every client that queued meanwhile) until its last reply arrived, by node address.",
+			Buckets: latencyBuckets[:],
+		}, []string{"node"}),
+	}
+	m.commandSeconds = &commandHistograms{
+		desc: prometheus.NewDesc("hotkeyproxy_command_duration_seconds",
+			"Time from reading a command to its reply being ready for the client, by command name. Commands read in one pipeline share the start.",
+			[]string{"command"}, nil),
+		byCommand: m.byCommand,
+	}
+	redirects := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hotkeyproxy_cluster_redirections_total",
+		Help: "Redirections followed in cluster mode, by kind: moved (-MOVED) or ask (-ASK).",
+	}, []string{"kind"})
+	m.moved = redirects.WithLabelValues(redirectMoved)
+	m.ask = redirects.WithLabelValues(redirectAsk)
+	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hotkeyproxy_config_reloads_total",
+		Help: "Configuration reloads, by result: ok (applied) or error (refused, the old config kept).",
+	}, []string{"result"})
+	m.reloadOK = reloads.WithLabelValues(resultOK)
+	m.reloadFailed = reloads.WithLabelValues(resultError)
+	reg.MustRegister(
+		m.commands, m.commandSeconds, m.rejectedClients,
+		m.upstreamRequests, m.upstreamErrors, m.upstreamSeconds,
+		redirects, reloads,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "hotkeyproxy_connected_clients",
+			Help: "Clients connected now.",
+		}, func() float64 { return float64(clients()) }),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}
+
+// commandMetrics are one command's children of the command metrics.
+type commandMetrics struct {
+	label   string
+	ok, err prometheus.Counter
+	seconds latencyHistogram
+}
+
+// command returns the metrics of the command with lower-case name.
+func (m *metrics) command(name []byte) *commandMetrics {
+	i, known := commandIndex[string(name)]
+	if !known {
+		i = uint16(len(metricCommands))
+	}
+	if c := m.byCommand[i].Load(); c != nil {
+		return c
+	}
+	label := commandOther
+	if known {
+		label = metricCommands[i]
+	}
+	// Racing sessions make the same children: WithLabelValues returns
+	// the existing one.
+	c := &commandMetrics{
+		label: label,
+		ok:    m.commands.WithLabelValues(label, resultOK),
+		err:   m.commands.WithLabelValues(label, resultError),
+	}
+	m.byCommand[i].CompareAndSwap(nil, c)
+	return m.byCommand[i].Load()
+}
+
+// nodeMetrics are one upstream node's children of the upstream metrics.
+type nodeMetrics struct {
+	requests prometheus.Counter
+	errors   prometheus.Counter
+	seconds  prometheus.Observer
+}
+
+// node returns the metrics of the upstream node at addr. Nodes are a
+// bounded set: the configured ones and, in cluster mode, those the slot
+// map and redirections name.
+func (m *metrics) node(addr string) *nodeMetrics {
+	return &nodeMetrics{
+		requests: m.upstreamRequests.WithLabelValues(addr),
+		errors:   m.upstreamErrors.WithLabelValues(addr),
+		seconds:  m.upstreamSeconds.WithLabelValues(addr),
+	}
+}
+
+// noNodeMetrics are the metrics of a pool made without a Server (tests):
+// registered nowhere.
+var noNodeMetrics = &nodeMetrics{
+	requests: prometheus.NewCounter(prometheus.CounterOpts{Name: "unregistered_total", Help: "Not registered."}),
+	errors:   prometheus.NewCounter(prometheus.CounterOpts{Name: "unregistered_total", Help: "Not registered."}),
+	seconds:  prometheus.NewHistogram(prometheus.HistogramOpts{Name: "unregistered_seconds", Help: "Not registered."}),
+}
+
+// sessionMetrics counts one session's commands by their replies. handle
+// queues each command; write, which every reply to a request passes on
+// its way to the client, counts them against the replies in order. The
+// session answers every command it has handled, one reply each, before
+// it writes, so the two line up. The zero value is ready to use.
+type sessionMetrics struct {
+	queue []*commandMetrics // handled, not yet counted, in request order
+	start time.Duration     // monoNow when the first of queue was handled
+	// The last command's name and metrics: clients repeat commands, and
+	// comparing the name costs less than looking it up.
+	last    *commandMetrics
+	lastLen int
+	lastBuf [24]byte
+}
+
+// add queues a command the session is about to handle. In subscribe mode
+// the replies reach the client from relay, not through write, so the
+// command counts as ok at once, without a duration.
+func (sm *sessionMetrics) add(m *metrics, name []byte, streaming bool) {
+	c := sm.last
+	if c == nil || string(name) != string(sm.lastBuf[:sm.lastLen]) {
+		c = m.command(name)
+		sm.last, sm.lastLen = c, copy(sm.lastBuf[:], name)
+	}
+	if streaming {
+		c.ok.Inc()
+		return
+	}
+	if len(sm.queue) == 0 {
+		sm.start = monoNow()
+	}
+	sm.queue = append(sm.queue, c)
+}
+
+// monoStart is the origin of monoNow.
+var monoStart = time.Now()
+
+// monoNow is the time on the monotonic clock, for durations: it reads
+// one clock where time.Now reads two (wall and monotonic), which counts
+// on the request path (about 30ns a clock on this project's machine).
+func monoNow() time.Duration { return time.Since(monoStart) }
+
+// maxQueueKept is the capacity of a queue kept after a long pipeline.
+const maxQueueKept = 4096
+
+// replied counts the queued commands against the replies in out: an
+// error reply (-…) counts as error, any other as ok. A command left
+// without a reply in out was answered another way (SUBSCRIBE: by the
+// stream) and counts as ok; a reply left over (the error the session adds
+// before it closes a client) belongs to no command. All took the same
+// time, so a run of one command with one result is counted at once.
+func (sm *sessionMetrics) replied(out []byte) {
+	if len(sm.queue) == 0 {
+		return
+	}
+	d := monoNow() - sm.start
+	bucket := latencyBucket(d)
+	var run *commandMetrics
+	var runErr bool
+	n := 0
+	for _, c := range sm.queue {
+		isErr := len(out) > 0 && out[0] == '-'
+		out = out[replyLen(out):]
+		if c == run && isErr == runErr {
+			n++
+			continue
+		}
+		if n > 0 {
+			run.count(runErr, bucket, d, n)
+		}
+		run, runErr, n = c, isErr, 1
+	}
+	run.count(runErr, bucket, d, n)
+	if cap(sm.queue) > maxQueueKept {
+		sm.queue = nil
+	} else {
+		sm.queue = sm.queue[:0]
+	}
+}
+
+// count adds n commands with one result and duration.
+func (c *commandMetrics) count(isErr bool, bucket int, d time.Duration, n int) {
+	if isErr {
+		c.err.Add(float64(n))
+	} else {
+		c.ok.Add(float64(n))
+	}
+	c.seconds.observe(bucket, d, n)
+}
+
+// latencyHistogram is a histogram over latencyBuckets that takes n
+// observations of one value in two atomic adds, where a
+// prometheus.Histogram takes n Observe calls: the commands of a pipeline
+// all get the same duration.
+type latencyHistogram struct {
+	counts [len(latencyBuckets) + 1]atomic.Uint64 // the last: above every bucket
+	sum    atomic.Int64                           // nanoseconds
+}
+
+// latencyBucket is the index in latencyBuckets of the first bucket d fits
+// in, or len(latencyBuckets).
+func latencyBucket(d time.Duration) int {
+	sec := d.Seconds()
+	i := 0
+	for i < len(latencyBuckets) && sec > latencyBuckets[i] {
+		i++
+	}
+	return i
+}
+
+func (h *latencyHistogram) observe(bucket int, d time.Duration, n int) {
+	h.counts[bucket].Add(uint64(n))
+	h.sum.Add(int64(d) * int64(n))
+}
+
+// commandHistograms collects the latencyHistogram of each command in use.
+type commandHistograms struct {
+	desc      *prometheus.Desc
+	byCommand []atomic.Pointer[commandMetrics]
+}
+
+// Describe implements prometheus.Collector.
+func (h *commandHistograms) Describe(ch chan<- *prometheus.Desc) { ch <- h.desc }
+
+// Collect implements prometheus.Collector. The buckets of one histogram
+// are read one by one while commands may be counted: the count is their
+// sum, so each histogram is consistent in itself.
+func (h *commandHistograms) Collect(ch chan<- prometheus.Metric) {
+	for i := range h.byCommand {
+		c := h.byCommand[i].Load()
+		if c == nil {
+			continue
+		}
+		var count uint64
+		buckets := make(map[float64]uint64, len(latencyBuckets))
+		for j, upper := range latencyBuckets {
+			count += c.seconds.counts[j].Load()
+			buckets[upper] = count
+		}
+		count += c.seconds.counts[len(latencyBuckets)].Load()
+		sum := time.Duration(c.seconds.sum.Load()).Seconds()
+		ch <- prometheus.MustNewConstHistogram(h.desc, count, sum, buckets, c.label)
+	}
+}
+
+// replyLen is the length of the first reply in b, or len(b) when b does
+// not hold a complete one. The aggregate types of RESP3 are walked too.
+func replyLen(b []byte) int {
+	off := 0
+	for pending := 1; pending > 0; pending-- {
+		n, next, ok := headerInt(b, off)
+		if !ok {
+			eol := bytes.IndexByte(b[off:], '\n')
+			if eol < 0 {
+				return len(b)
+			}
+			off += eol + 1
+			continue
+		}
+		switch b[off] {
+		case '$', '=', '!': // bulk string, verbatim string, blob error
+			if n > int64(len(b)-next-2) {
+				return len(b)
+			}
+			next += int(n) + 2
+		case '*', '~', '>': // array, set, push
+			pending += int(min(n, int64(len(b))))
+		case '%', '|': // map, attribute: n pairs
+			pending += 2 * int(min(n, int64(len(b))))
+		}
+		off = next
+	}
+	return off
+}
+
+// headerInt reads the line at b[off:] as a type byte, a non-negative
+// decimal and CRLF, without a search for the end of the line: the headers
+// of bulk strings and arrays, most of what replyLen reads. ok is false
+// for any other line (a status, an error, a nil) and a truncated one.
+func headerInt(b []byte, off int) (n int64, next int, ok bool) {
+	i := off + 1
+	for ; i < len(b) && '0' <= b[i] && b[i] <= '9'; i++ {
+		n = min(n*10+int64(b[i]-'0'), 1<<40) // more than any reply is long
+	}
+	if i == off+1 || i+1 >= len(b) || b[i] != '\r' || b[i+1] != '\n' {
+		return 0, 0, false
+	}
+	return n, i + 2, true
+}
+
+// Register adds a collector to the server's registry, the one /metrics
+// serves; it fails as prometheus.Registerer.Register does, on a metric
+// registered twice or inconsistent with one already there. For the parts
+// wired to the proxy from outside, such as the hot-key engine's Stats.
+func (s *Server) Register(c prometheus.Collector) error { return s.m.reg.Register(c) }
+
+// ObserveReload counts a configuration reload by its result: err nil for
+// a config applied, else refused.
+func (s *Server) ObserveReload(err error) {
+	if err != nil {
+		s.m.reloadFailed.Inc()
+	} else {
+		s.m.reloadOK.Inc()
+	}
+}
+
+// MetricsHandler serves the operator's endpoints: /metrics (Prometheus),
+// /healthz (200 while the process runs) and /readyz (200 when Ready
+// reports nil, else 503 with the reason).
+func (s *Server) MetricsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{
+		ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelError),
+		ErrorHandling: promhttp.ContinueOnError,
+	}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if err := s.Ready(); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.Write([]byte("not ready: " + oneLine(err.Error()) + "\n"))
+			return
+		}
+		w.Write([]byte("ready\n"))
+	})
+	return mux
+}
+
+// ServeMetrics serves MetricsHandler on ln until Shutdown, after which it
+// returns nil. Shutdown closes it last, so that /readyz says "shutting
+// down" while clients finish.
+func (s *Server) ServeMetrics(ln net.Listener) error {
+	hs := &http.Server{
+		Handler:           s.MetricsHandler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	s.mu.Lock()
+	if s.closing.Load() {
+		s.mu.Unlock()
+		ln.Close()
+		return nil
+	}
+	s.httpServers = append(s.httpServers, hs)
+	s.mu.Unlock()
+	if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// closeMetrics stops the servers ServeMetrics started.
+func (s *Server) closeMetrics() {
+	s.mu.Lock()
+	servers := s.httpServers
+	s.httpServers = nil
+	s.mu.Unlock()
+	for _, hs := range servers {
+		hs.Close()
+	}
+}
+
+// ErrShuttingDown is Ready's answer once Shutdown has begun.
+var ErrShuttingDown = errors.New("proxy: shutting down")
+
+// readyTTL is how long Ready reuses its last answer, so that a flood of
+// /readyz requests does not become a flood of connections to Redis.
+const readyTTL = time.Second
+
+// readiness is Ready's last answer.
+type readiness struct {
+	mu  sync.Mutex // guards at and err; held while one check runs
+	at  time.Time
+	err error
+}
+
+// Ready reports why the proxy cannot serve clients now, or nil. In
+// standalone mode the upstream must answer PING on a connection of its
+// own, within upstream.dial_timeout; in cluster mode the slot map must be
+// loaded and its last refresh have succeeded. Answers are reused for a
+// second.
+func (s *Server) Ready() error {
+	if s.closing.Load() {
+		return ErrShuttingDown
+	}
+	if s.cluster != nil {
+		return s.cluster.ready()
+	}
+	r := &s.ready
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if time.Since(r.at) < readyTTL {
+		return r.err
+	}
+	r.err = s.pool.ping()
+	r.at = time.Now()
+	return r.err
+}
+
+var pingReq = resp.AppendCommand(nil, []byte("PING"))
+
+// ping sends PING on a connection of its own.
+func (p *pool) ping() error {
+	replies, err := p.ask(pingReq, 1)
+	if err != nil {
+		return err
+	}
+	if reply := replies[0]; resp.IsError(reply) {
+		return RedisError(reply[1 : len(reply)-2])
+	}
+	return nil
+}
+
+// ready reports whether the slot map is loaded and its last refresh
+// succeeded.
+func (c *clusterUpstream) ready() error {
+	c.mu.Lock()
+	err := c.err
+	c.mu.Unlock()
+	switch {
+	case err != nil:
+		return err
+	case c.topo.Load() == nil || c.keys.Load() == nil:
+		return errors.New("cluster slot map not loaded yet")
+	}
+	return nil
+}
+
+// oneLine makes text fit one line of a response.
+func oneLine(text string) string { return strings.NewReplacer("\r", " ", "\n", " ").Replace(text) }
