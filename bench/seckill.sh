@@ -156,7 +156,7 @@ report=$(
 		"units/s = units sold ÷ time to the last sale; latencies are of successful deducts."
 	echo "direct: the plain key stock:plain on its master (:$PLAIN_PORT); proxy-plain: the same key through hotkeyproxy;" \
 		"proxy-hot: stock:hot, a hot key of $BUCKETS buckets, through hotkeyproxy."
-	[[ $QUICK == 1 ]] && echo "BENCH_QUICK=1: smoke run, numbers are rough."
+	if [[ $QUICK == 1 ]]; then echo "BENCH_QUICK=1: smoke run, numbers are rough."; fi
 	echo
 	echo "$table"
 	echo
@@ -167,6 +167,6 @@ report=$(
 echo
 echo "$report"
 mkdir -p "$BENCH_DIR/results"
-result_file=$BENCH_DIR/results/seckill-$(date +%Y-%m-%d-%H%M%S)$([[ $QUICK == 1 ]] && echo -quick).md
+result_file=$BENCH_DIR/results/seckill-$(date +%Y-%m-%d-%H%M%S)$(if [[ $QUICK == 1 ]]; then echo -quick; fi).md
 echo "$report" >"$result_file"
 bench_log "wrote $result_file"
