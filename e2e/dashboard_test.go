@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"net/http/httptest"
 	"os"
 	"regexp"
 	"slices"
@@ -10,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hotkeyproxy/hotkeyproxy/config"
 )
 
 // dashboardPath is the Grafana dashboard of issue 6, item 7, from e2e/.
@@ -348,30 +346,9 @@ func (x exposition) hasLabel(name, label, value string) bool {
 func TestDashboardMetrics(t *testing.T) {
 	_, _, queries := loadDashboard(t)
 
-	// The setup of TestMetricsFlashSale, with a smaller sale.
-	const key, stock, clients = "stock:dashboard", 300, 6
-	scripts := hkScripts(t)
-	e := startEnv(t, func(c *config.Config) {
-		c.Scripts = scripts
-		c.Hotkeys.Keys = []config.KeyRule{{Match: key, Buckets: 4, Route: config.RouteRandom}}
-		c.Hotkeys.Detect = config.Detect{Enabled: true, SampleRate: 1, Window: config.Duration(1e9), Threshold: 100, Capacity: 100}
-	})
-	script := hkDeductOne(t, scripts)
-	sha := script.SHA1()
-	hkMust(t, e.ProxyAddr(), "+OK\r\n", "SET", key, strconv.Itoa(stock))
-	hkMust(t, e.ProxyAddr(), "$40\r\n"+sha+"\r\n", "SCRIPT", "LOAD", script.Body)
-	r := hkRunSale(t, []hkProxy{{name: "A", addr: e.ProxyAddr()}}, clients, func(c *hkClient) error {
-		return c.sellScript([]byte("EVALSHA"), []byte(sha), []byte(key), 1)
-	})
-	if r.sold != stock {
-		t.Fatalf("sold %d of %d", r.sold, stock)
-	}
-	rec := httptest.NewRecorder()
-	e.Proxy.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	if rec.Code != 200 {
-		t.Fatalf("/metrics: %d %s", rec.Code, rec.Body)
-	}
-	x := parseExposition(rec.Body.String())
+	const key = "stock:dashboard"
+	text, _ := metricsAfterSale(t, key, 300, 6)
+	x := parseExposition(text)
 
 	// Labels Prometheus adds at scrape time, and the histogram's le.
 	scrapeLabels := []string{"instance", "job"}

@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"io"
-	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"strconv"
@@ -21,32 +19,7 @@ import (
 // sale's EVALSHAs, and the exposition is promlint clean.
 func TestMetricsFlashSale(t *testing.T) {
 	const key, stock, clients = "stock:metrics", 3000, 20
-	scripts := hkScripts(t)
-	e := startEnv(t, func(c *config.Config) {
-		c.Scripts = scripts
-		c.Hotkeys.Keys = []config.KeyRule{{Match: key, Buckets: 4, Route: config.RouteRandom}}
-		c.Hotkeys.Detect = config.Detect{Enabled: true, SampleRate: 1, Window: config.Duration(1e9), Threshold: 100, Capacity: 100}
-	})
-	web := httptest.NewServer(e.Proxy.MetricsHandler())
-	defer web.Close()
-	script := hkDeductOne(t, scripts)
-	sha := script.SHA1()
-	hkMust(t, e.ProxyAddr(), "+OK\r\n", "SET", key, strconv.Itoa(stock))
-	hkMust(t, e.ProxyAddr(), "$40\r\n"+sha+"\r\n", "SCRIPT", "LOAD", script.Body)
-	r := hkRunSale(t, []hkProxy{{name: "A", addr: e.ProxyAddr()}}, clients, func(c *hkClient) error {
-		return c.sellScript([]byte("EVALSHA"), []byte(sha), []byte(key), 1)
-	})
-	if r.sold != stock {
-		t.Fatalf("sold %d of %d", r.sold, stock)
-	}
-
-	resp, err := http.Get(web.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	text := string(body)
+	text, r := metricsAfterSale(t, key, stock, clients)
 	problems, err := promlint.New(strings.NewReader(text)).Lint()
 	if err != nil {
 		t.Fatal(err)
@@ -91,4 +64,33 @@ func TestMetricsFlashSale(t *testing.T) {
 	}
 	t.Logf("units sold %v, deducts ok %v, sold_out %v, upstream commands %v, ring hops %v", stock, ok, so,
 		value("hotkeyproxy_hotkey_upstream_commands_total"+lk), value("hotkeyproxy_hotkey_ring_hops_total"+lk))
+}
+
+// metricsAfterSale sells stock units of key, a hot key of 4 buckets, to
+// clients through a proxy with the detector on (every command sampled),
+// and returns the proxy's /metrics text and the sale.
+func metricsAfterSale(t *testing.T, key string, stock int64, clients int) (string, hkSaleResult) {
+	t.Helper()
+	scripts := hkScripts(t)
+	e := startEnv(t, func(c *config.Config) {
+		c.Scripts = scripts
+		c.Hotkeys.Keys = []config.KeyRule{{Match: key, Buckets: 4, Route: config.RouteRandom}}
+		c.Hotkeys.Detect = config.Detect{Enabled: true, SampleRate: 1, Window: config.Duration(1e9), Threshold: 100, Capacity: 100}
+	})
+	script := hkDeductOne(t, scripts)
+	sha := script.SHA1()
+	hkMust(t, e.ProxyAddr(), "+OK\r\n", "SET", key, strconv.FormatInt(stock, 10))
+	hkMust(t, e.ProxyAddr(), "$40\r\n"+sha+"\r\n", "SCRIPT", "LOAD", script.Body)
+	r := hkRunSale(t, []hkProxy{{name: "A", addr: e.ProxyAddr()}}, clients, func(c *hkClient) error {
+		return c.sellScript([]byte("EVALSHA"), []byte(sha), []byte(key), 1)
+	})
+	if r.sold != stock {
+		t.Fatalf("sold %d of %d", r.sold, stock)
+	}
+	rec := httptest.NewRecorder()
+	e.Proxy.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if rec.Code != 200 {
+		t.Fatalf("/metrics: %d %s", rec.Code, rec.Body)
+	}
+	return rec.Body.String(), r
 }
