@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
 )
 
 // dashboardPath is the Grafana dashboard of issue 6, item 7, from e2e/.
