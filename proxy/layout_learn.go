@@ -1,0 +1,159 @@
+package proxy
+
+import (
+	"bytes"
+	"strings"
+
+	"github.com/hotkeyproxy/hotkeyproxy/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/rewrite"
+)
+
+// layoutMark is a command relayed upstream whose reply may show that a key
+// is held as buckets: the value of a GET or MGET, or the error of a
+// command that fails on a layout (INCR…: not an integer; a deduct script:
+// a Lua error) and did nothing.
+type layoutMark struct {
+	reply      int  // its reply's place among those of the batch
+	first, end int  // its arguments: session.markEnds[first:end]
+	keyAt      int  // its key's argument, for a command that failed
+	failed     bool // the command fails on a layout (else: GET or MGET)
+}
+
+// failsOnLayout are the single-key commands that fail on a layout without
+// doing anything, and that the engine answers on a hot key.
+var failsOnLayout = map[string]bool{
+	"incr": true, "decr": true, "incrby": true, "decrby": true,
+	"eval": true, "evalsha": true, "eval_ro": true, "evalsha_ro": true,
+}
+
+// markLayout notes a command that may be relayed and whose reply
+// readLayouts is to look at: GET, MGET, and those that fail on a layout.
+// Their keys are where the command's syntax puts them, so the command
+// table is not needed.
+func (s *session) markLayout(name string, args [][]byte) {
+	keyAt, failed := 0, failsOnLayout[name]
+	switch {
+	case s.inMulti || s.pinned():
+		return
+	case failed && strings.HasPrefix(name, "eval"):
+		if len(args) < 4 || string(args[2]) != "1" {
+			return
+		}
+		keyAt = 3
+	case failed:
+		if len(args) < 2 {
+			return
+		}
+		keyAt = 1
+	case name != "get" && name != "mget":
+		return
+	}
+	m := layoutMark{reply: s.b.n + len(s.cs.cmds), first: len(s.markEnds), keyAt: keyAt, failed: failed}
+	for _, a := range args {
+		s.markArgs = append(s.markArgs, a...)
+		s.markEnds = append(s.markEnds, len(s.markArgs))
+	}
+	m.end = len(s.markEnds)
+	s.marks = append(s.marks, m)
+}
+
+// unmarkLayout drops the mark of the command just noted: it is answered
+// here, not relayed.
+func (s *session) unmarkLayout() {
+	if n := len(s.marks); n > 0 && s.marks[n-1].reply == s.b.n+len(s.cs.cmds) {
+		m := s.marks[n-1]
+		s.marks = s.marks[:n-1]
+		s.markEnds = s.markEnds[:m.first]
+		s.markArgs = s.markArgs[:0]
+		if m.first > 0 {
+			s.markArgs = s.markArgs[:s.markEnds[m.first-1]]
+		}
+	}
+}
+
+// markedArgs are the arguments of m, pointing into markArgs.
+func (s *session) markedArgs(m layoutMark) [][]byte {
+	args := make([][]byte, 0, m.end-m.first)
+	start := 0
+	if m.first > 0 {
+		start = s.markEnds[m.first-1]
+	}
+	for _, end := range s.markEnds[m.first:m.end] {
+		args = append(args, s.markArgs[start:end])
+		start = end
+	}
+	return args
+}
+
+// readLayouts looks at the replies of the marked commands, appended to out
+// from on. A GET or MGET value that is a layout, or a marked command's
+// error on a key that holds one, means the key is held as buckets by
+// another proxy (or this one's config is older): the key is hot from now
+// on, and the command is answered again as on a hot key (contract 9). The
+// usual batch costs one scan for the layout prefix and for an error.
+func (s *session) readLayouts(from int) {
+	defer func() { s.marks, s.markArgs, s.markEnds = s.marks[:0], s.markArgs[:0], s.markEnds[:0] }()
+	out := s.out[from:]
+	layout := bytes.Contains(out, []byte(rewrite.MarkerPrefix))
+	if !layout && (len(out) == 0 || out[0] != '-' && !bytes.Contains(out, []byte("\r\n-"))) {
+		return
+	}
+	rest := append([]byte(nil), out...)
+	s.out = s.out[:from]
+	n := 0
+	for _, m := range s.marks {
+		for ; n < m.reply && len(rest) > 0; n++ {
+			l := resp.FrameLen(rest)
+			s.out, rest = append(s.out, rest[:l]...), rest[l:]
+		}
+		if len(rest) == 0 {
+			break
+		}
+		l := resp.FrameLen(rest)
+		r := rest[:l]
+		rest = rest[l:]
+		n++
+		s.out = append(s.out, s.reread(m, r)...)
+	}
+	s.out = append(s.out, rest...)
+}
+
+// reread is the reply of the marked command m, which Redis answered r.
+func (s *session) reread(m layoutMark, r []byte) []byte {
+	e := s.srv.hot
+	args := s.markedArgs(m)
+	if m.failed {
+		if !resp.IsError(r) {
+			return r
+		}
+		key := args[m.keyAt]
+		v, ok := resp.BulkValue(hotUpstream{s.srv}.Do([]rewrite.Request{{Key: key, Args: [][]byte{[]byte("GET"), key}}})[0])
+		if !ok || !rewrite.IsMarker(v) {
+			return r
+		}
+		e.Learn(key)
+		if again := e.Do(args, m.keyAt, s.id); again != nil {
+			return again
+		}
+		return r
+	}
+	elems, isArray := resp.ArrayElems(r, nil)
+	if !isArray {
+		elems = [][]byte{r}
+	}
+	var out []byte
+	if isArray {
+		out = resp.AppendArrayHeader(nil, len(elems))
+	}
+	for i, v := range elems {
+		if b, ok := resp.BulkValue(v); ok && rewrite.IsMarker(b) && i+1 < len(args) {
+			key := args[i+1] // GET k, MGET k1 k2…
+			e.Learn(key)
+			if again := e.Do([][]byte{[]byte("GET"), key}, 1, s.id); again != nil {
+				v = again
+			}
+		}
+		out = append(out, v...)
+	}
+	return out
+}
