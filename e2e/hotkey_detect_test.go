@@ -167,6 +167,16 @@ func TestHotKeyShardLive(t *testing.T) {
 			script := hkDeductOne(t, hkScripts(t))
 			sha := script.SHA1()
 			proxies := []hkProxy{s.a, s.b}
+			// Before the sale: a key sharded while missing is made
+			// (holding 0), and the SET of the stock is then split.
+			pre := "pre:" + mode
+			hkMust(t, s.a.addr, "+OK\r\n", "PROXY", "SHARD", pre, "4")
+			hkMust(t, s.b.addr, "+OK\r\n", "SET", pre, "100")
+			if st := s.readBuckets(t, pre); st.layout.N() != 4 || st.sum != 100 || st.values[3] != 25 {
+				t.Errorf("%s sharded while missing, then SET 100: %s, want 4 buckets of 25", pre, st)
+			}
+			hkMust(t, s.b.addr, "-ERR the detector is off: set hotkeys.detect.enabled in the config\r\n", "PROXY", "HOTKEYS", "DETECTED")
+
 			hkMust(t, s.a.addr, "+OK\r\n", "SET", key, strconv.Itoa(stock))
 			for _, p := range proxies {
 				hkMust(t, p.addr, "$40\r\n"+sha+"\r\n", "SCRIPT", "LOAD", script.Body)

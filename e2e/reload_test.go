@@ -126,9 +126,12 @@ func TestConfigReload(t *testing.T) {
 	}
 
 	// The rule goes again, by SIGHUP after a rename into place: the key
-	// stays hot (dropping a rule never strands stock).
+	// stays hot (dropping a rule never strands stock). The file also
+	// moves listen, which needs a restart: CONFIG GET shows what runs.
 	tmp := cfgPath + ".new"
-	b, _ := yaml.Marshal(base("info"))
+	moved := base("info")
+	moved["listen"] = "127.0.0.1:1"
+	b, _ := yaml.Marshal(moved)
 	os.WriteFile(tmp, b, 0o644)
 	os.Rename(tmp, cfgPath)
 	proc.cmd.Process.Signal(syscall.SIGHUP)
@@ -138,6 +141,12 @@ func TestConfigReload(t *testing.T) {
 	}
 	if got := fmtAny(proxyDo(t, listen, "PROXY", "CONFIG", "GET", "log.level")); got != "[log.level info]" {
 		t.Errorf("PROXY CONFIG GET log.level = %s, want [log.level info]", got)
+	}
+	if got := fmtAny(proxyDo(t, listen, "PROXY", "CONFIG", "GET", "listen")); got != "[listen "+listen+"]" {
+		t.Errorf("PROXY CONFIG GET listen = %s, want the address it runs on, %s", got, listen)
+	}
+	if !strings.Contains(proc.out.String(), "needs_restart=[listen]") {
+		t.Errorf("the reload that moved listen did not say it needs a restart")
 	}
 	close(stop)
 	wg.Wait()

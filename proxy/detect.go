@@ -19,7 +19,7 @@ type detection struct {
 
 	mu       sync.Mutex // guards cfg and promoted
 	cfg      config.Detect
-	promoted map[string]bool // keys this proxy sharded because they turned hot
+	promoted map[string]bool // keys this proxy sharded because they turned hot, until demoted
 
 	promotions, demotions atomic.Uint64
 }
@@ -83,12 +83,14 @@ func (s *Server) detected(c hotkey.Detected) {
 		s.log.Info("key cooled", rates...)
 		dt.mu.Lock()
 		promoted := dt.promoted[c.Key]
-		delete(dt.promoted, c.Key)
 		dt.mu.Unlock()
 		if promoted && cfg.Demote {
 			r := s.hot.Unshard([]byte(c.Key))
 			if string(r) == "+OK\r\n" {
 				dt.demotions.Add(1)
+				dt.mu.Lock()
+				delete(dt.promoted, c.Key)
+				dt.mu.Unlock()
 			}
 			s.log.Info("demoting key", "key", c.Key, "reply", replyText(r))
 		}

@@ -234,6 +234,10 @@ func (s *session) proxyCommand(args [][]byte) {
 					return
 				}
 			}
+			if !s.srv.config().Hotkeys.Detect.Enabled {
+				s.replyError("ERR the detector is off: set hotkeys.detect.enabled in the config")
+				return
+			}
 			s.reply(s.srv.detect.detectedReport(int(min(count, 1<<20))))
 		default:
 			s.replyError("ERR syntax error. Try PROXY HELP.")

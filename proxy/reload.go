@@ -28,7 +28,11 @@ func (s *Server) config() *config.Config { return s.live.Load() }
 // YAML paths of the settings that differ from those the server started
 // with but only a restart applies.
 func (s *Server) Apply(cfg *config.Config) (restart []string) {
-	s.live.Store(cfg)
+	running := *cfg
+	// What only a restart changes stays as started, so that PROXY CONFIG
+	// GET shows what runs.
+	running.Listen, running.Upstream, running.Metrics, running.Log.Format = s.cfg.Listen, s.cfg.Upstream, s.cfg.Metrics, s.cfg.Log.Format
+	s.live.Store(&running)
 	s.hot.Reload(cfg)
 	if err := s.detect.reload(cfg.Hotkeys.Detect); err != nil {
 		s.log.Error("detector settings not applied", "err", err) // Validate refuses what NewDetector does

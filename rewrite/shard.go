@@ -54,17 +54,16 @@ func (e *Engine) Forget(key []byte) {
 
 // Shard makes key a hot key now, live: a plain integer is converted into
 // n buckets (0: the default count), without losing or doubling a unit
-// while clients deduct; a key already held as buckets is left as it is.
-// The other proxies are told. Replies: +OK; -ERR no such key; an error
-// when the key does not hold an integer or Redis cannot be asked.
+// while clients deduct; a missing key is made, holding 0, so that the SET
+// of the stock that follows is split; a key already held as buckets is
+// left as it is, whatever n. The other proxies are told. Replies: +OK; an
+// error when the key does not hold an integer or Redis cannot be asked.
 func (e *Engine) Shard(key []byte, n int) []byte {
 	h := e.key(key)
-	_, st, fail := e.loadAs(h, false, true, n)
+	_, st, fail := e.loadAs(h, true, true, n)
 	switch st {
 	case stateFailed:
 		return fail
-	case stateMissing:
-		return resp.AppendError(nil, "ERR no such key")
 	case stateOther:
 		return resp.AppendError(nil, "ERR hotkeyproxy: '"+h.name+"' does not hold an integer; only counters can be held as buckets")
 	}
