@@ -1,12 +1,18 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
 	"github.com/hotkeyproxy/hotkeyproxy/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/rewrite"
 )
 
 // A proxy that cannot read the command table (COMMAND renamed away) must
@@ -55,4 +61,132 @@ func TestHotKeyGiveBackAcrossProxies(t *testing.T) {
 			t.Errorf("round %d: GET = %q, want -1", round, r)
 		}
 	}
+}
+
+// Found by an attack pass on live sharding and learning (issue 5), each
+// on two proxies that share no rule for the keys.
+func TestHotKeyShardRegressions(t *testing.T) {
+	s := hkStart(t, "standalone", false, false)
+	a, b := dialRaw(t, s.a.addr), dialRaw(t, s.b.addr)
+	ctx := context.Background()
+	deductOne := hkDeductOne(t, hkScripts(t))
+
+	t.Run("malformed layouts", func(t *testing.T) {
+		// A value that starts like a layout but is not one as the proxy
+		// writes it: 2000 tags (a proxy crashed on it), two spaces, a
+		// signed fill (a GET looped on them). Answered as the plain
+		// value it is, at once.
+		for i, v := range []string{
+			rewrite.MarkerPrefix + "ab:" + strings.TrimSpace(strings.Repeat("1 ", 2000)),
+			rewrite.MarkerPrefix + "ab:1  2", rewrite.MarkerPrefix + "ab:1 2:+5",
+		} {
+			k := fmt.Sprintf("odd:%d", i)
+			a.do("SET", k, v)
+			if r := a.do("GET", k); r != hkmBulk(v) {
+				t.Errorf("GET of %.40q…: %.80q, want the value", v, r)
+			}
+		}
+		if r := a.do("PING"); r != "+PONG\r\n" {
+			t.Fatalf("the proxy after the malformed layouts: %q", r)
+		}
+	})
+
+	t.Run("two UNSHARDs at once", func(t *testing.T) {
+		for round := range 5 { // each UNSHARD waits about a second
+			k := fmt.Sprintf("race:%d", round)
+			a.do("SET", k, "1000")
+			a.do("PROXY", "SHARD", k)
+			b.do("GET", k) // B knows the layout too
+			var wg sync.WaitGroup
+			replies := make([]string, 2)
+			for i, p := range []hkProxy{s.a, s.b} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					c, err := hkDial(p.addr)
+					if err != nil {
+						replies[i] = err.Error()
+						return
+					}
+					defer c.close()
+					replies[i], _ = c.doStr("PROXY", "UNSHARD", k)
+				}()
+			}
+			wg.Wait()
+			if v := s.direct.Get(ctx, k).Val(); v != "1000" {
+				t.Fatalf("round %d: %s holds %q after two UNSHARDs (%q), want 1000", round, k, v, replies)
+			}
+		}
+	})
+
+	t.Run("no false sold-out after UNSHARD missed", func(t *testing.T) {
+		const k = "missed"
+		a.do("DEL", k)
+		b.do("SCRIPT", "LOAD", deductOne.Body)
+		a.do("PROXY", "SHARD", k) // made, holding 0
+		b.do("GET", k)            // B learns every bucket at 0
+		// B misses the news of the merge (its subscription is cut).
+		s.direct.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub")
+		a.do("INCRBY", k, "10")
+		if r := a.do("PROXY", "UNSHARD", k); r != "+OK\r\n" {
+			t.Fatalf("UNSHARD: %q", r)
+		}
+		if r := b.do("EVALSHA", deductOne.SHA1(), "1", k); r != ":9\r\n" {
+			t.Errorf("deduct through the proxy that missed the merge: %q, want :9 (the key holds 10)", r)
+		}
+	})
+
+	t.Run("news is checked", func(t *testing.T) {
+		// Anyone can publish on the layout channel: what names no layout
+		// is not learned (it cost memory and metric series).
+		for i := range 200 {
+			s.direct.Publish(ctx, rewrite.LayoutChannel, fmt.Sprintf("+junk:%d", i))
+		}
+		b.do("PING")
+		time.Sleep(200 * time.Millisecond)
+		if r := b.do("PROXY", "HOTKEYS"); strings.Contains(r, "junk:") {
+			t.Errorf("PROXY HOTKEYS lists keys only published: %.200q", r)
+		}
+	})
+
+	t.Run("a client on its own connection learns", func(t *testing.T) {
+		const k = "pinned"
+		a.do("SET", k, "50")
+		a.do("PROXY", "SHARD", k)
+		late := dialRaw(t, startProxy(t, testConfig(t, config.ModeStandalone, []string{s.direct.(*redis.Client).Options().Addr}, nil)).Addr().String())
+		late.do("MULTI")
+		late.do("EXEC") // from here on, the client has an upstream connection of its own
+		if r := late.do("GET", k); r != hkmBulk("50") {
+			t.Errorf("GET after MULTI/EXEC on a proxy that never heard of the layout: %q, want 50", r)
+		}
+		if r := late.do("DECR", k); r != ":49\r\n" {
+			t.Errorf("DECR after it: %q, want :49", r)
+		}
+	})
+
+	t.Run("refusals", func(t *testing.T) {
+		a.do("SELECT", "1")
+		if r := a.do("PROXY", "SHARD", "x"); !strings.Contains(r, "db 0") {
+			t.Errorf("PROXY SHARD in db 1: %q, want a refusal naming db 0", r)
+		}
+		a.do("SELECT", "0")
+		a.do("MULTI")
+		if r := a.do("PROXY", "SHARD", "x"); !strings.HasPrefix(r, "-ERR PROXY SHARD is not allowed inside MULTI") {
+			t.Errorf("PROXY SHARD in MULTI: %q", r)
+		}
+		if r := a.do("EXEC"); !strings.HasPrefix(r, "-EXECABORT") {
+			t.Errorf("EXEC after a refused PROXY: %q", r)
+		}
+		a.do("SET", "big", "9007199254740993")
+		if r := a.do("PROXY", "SHARD", "big"); !strings.Contains(r, "2^53") {
+			t.Errorf("PROXY SHARD of a value beyond 2^53: %q, want a refusal", r)
+		}
+		a.do("SET", "zeros", "0005") // not an integer to Redis
+		if r := a.do("PROXY", "SHARD", "zeros"); !strings.HasPrefix(r, "-ERR") {
+			t.Errorf("PROXY SHARD of \"0005\": %q, want a refusal", r)
+		}
+		if r := a.do("PROXY", "CONFIG"); r != "-ERR wrong number of arguments for 'proxy|config' command\r\n" {
+			t.Errorf("PROXY CONFIG: %q", r)
+		}
+	})
 }

@@ -173,7 +173,8 @@ func (s *session) hotCommand(cmd *resp.Command, name string) bool {
 	if len(idx) == 1 || !perKey[name] {
 		r := e.Do(cmd.Args, hot, s.id)
 		if r == nil {
-			return false // not hot any more: relayed
+			s.markLayout(name, cmd.Args) // not hot any more: relayed
+			return false
 		}
 		s.reply(r)
 		return true
@@ -219,9 +220,25 @@ func (s *session) proxyCommand(args [][]byte) {
 		s.replyError(wrongArity("proxy"))
 		return
 	}
-	switch sub := strings.ToLower(string(args[1])); sub {
+	sub := strings.ToLower(string(args[1]))
+	if s.inMulti {
+		// Redis would queue it; the proxy answers it itself, so inside a
+		// transaction it is refused, and EXEC fails.
+		s.replyError("ERR PROXY " + strings.ToUpper(sub) + " is not allowed inside MULTI")
+		s.cs.txDirty = true
+		return
+	}
+	arity := func(ok bool) bool {
+		if !ok {
+			s.replyError(wrongArity("proxy|" + sub))
+		}
+		return ok
+	}
+	switch sub {
 	case "hotkeys":
 		switch {
+		case len(args) > 4:
+			s.replyError(wrongArity("proxy|hotkeys"))
 		case len(args) == 2:
 			s.flush()
 			s.reply(s.srv.hot.Report())
@@ -243,11 +260,16 @@ func (s *session) proxyCommand(args [][]byte) {
 			s.replyError("ERR syntax error. Try PROXY HELP.")
 		}
 	case "config":
-		s.flush()
-		s.configCommand(args)
+		if arity(len(args) >= 3) {
+			s.flush()
+			s.configCommand(args)
+		}
 	case "shard", "unshard":
-		if len(args) < 3 || len(args) > 3 && sub == "unshard" || len(args) > 4 {
-			s.replyError(wrongArity("proxy|" + sub))
+		if !arity(len(args) == 3 || len(args) == 4 && sub == "shard") {
+			return
+		}
+		if s.db != 0 {
+			s.replyError("ERR hotkeyproxy: hot keys live in db 0; SELECT 0 first")
 			return
 		}
 		if sub == "unshard" {
@@ -266,6 +288,9 @@ func (s *session) proxyCommand(args [][]byte) {
 		s.flush()
 		s.reply(s.srv.hot.Shard(args[2], int(n)))
 	case "help":
+		if !arity(len(args) == 2) {
+			return
+		}
 		lines := []string{
 			"PROXY <subcommand>. Subcommands are:",
 			"HOTKEYS",

@@ -33,7 +33,7 @@ var failsOnLayout = map[string]bool{
 func (s *session) markLayout(name string, args [][]byte) {
 	keyAt, failed := 0, failsOnLayout[name]
 	switch {
-	case s.inMulti || s.pinned():
+	case s.inMulti:
 		return
 	case failed && strings.HasPrefix(name, "eval"):
 		if len(args) < 4 || string(args[2]) != "1" {
@@ -123,19 +123,7 @@ func (s *session) reread(m layoutMark, r []byte) []byte {
 	e := s.srv.hot
 	args := s.markedArgs(m)
 	if m.failed {
-		if !resp.IsError(r) {
-			return r
-		}
-		key := args[m.keyAt]
-		v, ok := resp.BulkValue(hotUpstream{s.srv}.Do([]rewrite.Request{{Key: key, Args: [][]byte{[]byte("GET"), key}}})[0])
-		if !ok || !rewrite.IsMarker(v) {
-			return r
-		}
-		e.Learn(key)
-		if again := e.Do(args, m.keyAt, s.id); again != nil {
-			return again
-		}
-		return r
+		return s.retryFailed(args, m.keyAt, r)
 	}
 	elems, isArray := resp.ArrayElems(r, nil)
 	if !isArray {
@@ -156,4 +144,34 @@ func (s *session) reread(m layoutMark, r []byte) []byte {
 		out = append(out, v...)
 	}
 	return out
+}
+
+// retryFailed answers again a marked command that Redis failed with r,
+// when the failure may come from a layout. The key holding one: it is
+// learned and the command answered as on a hot key. The key plain (merged
+// back since): the command is sent again when its failure did nothing
+// (INCR…: not an integer; a declared deduct script, which fails before any
+// write), giving the same error if it was genuine. A key sharded and
+// merged back meanwhile is looked at again, three times at most.
+func (s *session) retryFailed(args [][]byte, keyAt int, r []byte) []byte {
+	e, up := s.srv.hot, hotUpstream{s.srv}
+	key := args[keyAt]
+	for range 3 {
+		if !resp.IsError(r) {
+			return r
+		}
+		v, ok := resp.BulkValue(up.Do([]rewrite.Request{{Key: key, Args: [][]byte{[]byte("GET"), key}}})[0])
+		if ok && rewrite.IsMarker(v) {
+			e.Learn(key)
+			if again := e.Do(args, keyAt, s.id); again != nil {
+				return again
+			}
+			continue // plain again by now
+		}
+		if !bytes.Contains(r, []byte("not an integer")) && !e.DeductScript(args) {
+			return r
+		}
+		r = up.Do([]rewrite.Request{{Key: key, Args: args}})[0]
+	}
+	return r
 }

@@ -59,8 +59,10 @@ func (s *Server) SetReloader(reload func() error) { s.reloader = reload }
 
 // configCommand answers PROXY CONFIG GET [pattern] and PROXY CONFIG RELOAD.
 func (s *session) configCommand(args [][]byte) {
-	switch {
-	case len(args) >= 3 && strings.EqualFold(string(args[2]), "reload") && len(args) == 3:
+	switch sub := strings.ToLower(string(args[2])); {
+	case sub == "reload" && len(args) != 3, sub == "get" && len(args) > 4:
+		s.replyError(wrongArity("proxy|config|" + sub))
+	case sub == "reload":
 		reload := s.srv.reloader
 		err := errNoReloader
 		if reload != nil {
@@ -71,10 +73,10 @@ func (s *session) configCommand(args [][]byte) {
 			return
 		}
 		s.reply([]byte("+OK\r\n"))
-	case len(args) >= 3 && strings.EqualFold(string(args[2]), "get") && len(args) <= 4:
+	case sub == "get":
 		pattern := []byte("*")
 		if len(args) == 4 {
-			pattern = args[3]
+			pattern = []byte(strings.ToLower(string(args[3]))) // the paths are lower case, as Redis's names
 		}
 		pairs := configPairs(s.srv.config())
 		out := []byte(nil)
@@ -87,7 +89,7 @@ func (s *session) configCommand(args [][]byte) {
 		}
 		s.reply(append(resp.AppendArrayHeader(nil, 2*n), out...))
 	default:
-		s.replyError("ERR syntax error. Try PROXY HELP.")
+		s.replyError("ERR unknown subcommand 'config|" + string(args[2]) + "'. Try PROXY HELP.")
 	}
 }
 

@@ -2,7 +2,6 @@ package rewrite
 
 import (
 	"bytes"
-	"math"
 	"strconv"
 	"strings"
 
@@ -59,6 +58,17 @@ func (e *Engine) do(args [][]byte, keyAt int, client uint64) []byte {
 // value. The key is read with its buckets, in the same round, so a key
 // that expired or changed behind this proxy's back is seen.
 func (e *Engine) get(h *hotKey) []byte {
+	for range 3 {
+		if r := e.getOnce(h); r != nil {
+			return r
+		}
+	}
+	return resp.AppendError(nil, "ERR hotkeyproxy: '"+h.name+"' keeps changing; try again")
+}
+
+// getOnce is get on the layout as loaded; nil when the key turned out to
+// hold another layout, to be read again.
+func (e *Engine) getOnce(h *hotKey) []byte {
 	l, st, fail := e.load(h, false)
 	key := []byte(h.name)
 	switch st {
@@ -82,7 +92,7 @@ func (e *Engine) get(h *hotKey) []byte {
 		return replies[0]
 	case !bytes.Equal(v, l.Marker()):
 		h.forget() // made again with another layout
-		return e.get(h)
+		return nil
 	}
 	var sum int64
 	for i, r := range replies[1:] {
@@ -110,6 +120,9 @@ func (e *Engine) set(h *hotKey, args [][]byte) []byte {
 	total, ok := resp.ParseInt(args[2])
 	if !ok {
 		return errReply(h.name, "its value must be an integer")
+	}
+	if total > MaxValue || total < -MaxValue {
+		return errReply(h.name, "its value must be an integer below 2^53 in absolute value")
 	}
 	var nx, xx, get bool
 	var expiry [][]byte
@@ -145,10 +158,22 @@ func (e *Engine) set(h *hotKey, args [][]byte) []byte {
 			return old
 		}
 	}
+	// A new layout's buckets are written before the key names them, so
+	// that no proxy ever reads the layout with buckets missing; if the
+	// SET then does not apply (NX, XX), they go again.
+	made := st != stateHot
+	if made {
+		if fail := e.writeShares(h, l, total, expiry); fail != nil {
+			return fail
+		}
+	}
 	key := []byte(h.name)
 	setMarker := append([][]byte{[]byte("SET"), key, l.Marker()}, args[3:]...)
 	r := e.send(h, []Request{{Key: key, Args: setMarker}})[0]
 	if resp.IsError(r) {
+		if made {
+			e.dropBuckets(h, l)
+		}
 		return r
 	}
 	var wasSet bool // with GET, the reply is the old value: NX and XX say
@@ -165,13 +190,19 @@ func (e *Engine) set(h *hotKey, args [][]byte) []byte {
 	if get && st != stateHot {
 		old = r // the plain value it held, or nil
 	}
-	if wasSet {
-		if fail := e.split(h, l, total, expiry); fail != nil {
+	switch {
+	case wasSet && made:
+		e.adopt(h, l)
+		h.soldAt.Store(0)
+		e.publish(h, '+')
+	case wasSet:
+		if fail := e.writeShares(h, l, total, expiry); fail != nil {
 			return fail
 		}
-		if st != stateHot {
-			e.publish(h, '+') // a new layout
-		}
+		e.readBuckets(h, l)
+		h.soldAt.Store(0)
+	case made:
+		e.dropBuckets(h, l)
 	}
 	switch {
 	case get:
@@ -182,8 +213,8 @@ func (e *Engine) set(h *hotKey, args [][]byte) []byte {
 	return resp.AppendNil(nil)
 }
 
-// split writes total over the buckets of l.
-func (e *Engine) split(h *hotKey, l *Layout, total int64, expiry [][]byte) []byte {
+// writeShares writes total over the buckets of l, each with expiry.
+func (e *Engine) writeShares(h *hotKey, l *Layout, total int64, expiry [][]byte) []byte {
 	reqs := make([]Request, l.N())
 	for i := range reqs {
 		b := l.Bucket(i)
@@ -194,13 +225,17 @@ func (e *Engine) split(h *hotKey, l *Layout, total int64, expiry [][]byte) []byt
 			return r
 		}
 	}
-	if h.layout.Load() != l {
-		e.adopt(h, l)
-	} else {
-		e.readBuckets(h, l)
-	}
-	h.soldAt.Store(0)
 	return nil
+}
+
+// dropBuckets deletes the buckets of a layout that no key names.
+func (e *Engine) dropBuckets(h *hotKey, l *Layout) {
+	reqs := make([]Request, l.N())
+	for i := range reqs {
+		b := l.Bucket(i)
+		reqs[i] = Request{Key: b, Args: [][]byte{[]byte("DEL"), b}}
+	}
+	e.send(h, reqs)
 }
 
 // add answers INCR, DECR, INCRBY, DECRBY: the sum changes exactly as a
@@ -232,7 +267,7 @@ func (e *Engine) add(h *hotKey, name string, args [][]byte, client uint64) []byt
 	}
 	for try := 0; ; try++ {
 		r := e.addOnce(h, delta, client)
-		if !bytes.Equal(r, errGone) || try == 1 {
+		if !bytes.Equal(r, errGone) || try == 2 {
 			return r
 		}
 	}
@@ -248,8 +283,8 @@ func (e *Engine) addOnce(h *hotKey, delta int64, client uint64) []byte {
 	case stateOther:
 		return resp.AppendError(nil, msgNotInteger)
 	}
-	if sum := h.estimate(l); delta > 0 && sum > math.MaxInt64-delta || delta < 0 && sum < math.MinInt64-delta {
-		return resp.AppendError(nil, "ERR increment or decrement would overflow")
+	if sum := h.estimate(l); delta > 0 && delta > MaxValue-sum || delta < 0 && delta < -MaxValue-sum {
+		return errReply(h.name, "the increment or decrement would take it to 2^53 in absolute value or more")
 	}
 	if delta >= 0 {
 		// Also for 0: the call on bucket 0 is what finds a key that expired.
@@ -312,7 +347,7 @@ func (e *Engine) script(h *hotKey, name string, args [][]byte, client uint64) []
 	}
 	for try := 0; ; try++ {
 		r := e.deductOnce(h, amount, soldout, client)
-		if !bytes.Equal(r, errGone) || try == 1 {
+		if !bytes.Equal(r, errGone) || try == 2 {
 			return h.counted(r, soldout, amount)
 		}
 	}
@@ -328,7 +363,7 @@ func (e *Engine) deductOnce(h *hotKey, amount int64, soldout []byte, client uint
 	case stateMissing:
 		return soldout
 	case stateOther:
-		return errReply(h.name, "it holds a value that is not an integer")
+		return errReply(h.name, "it holds a value that is not an integer below 2^53 in absolute value")
 	}
 	ok, fail := e.deduct(h, l, amount, client)
 	switch {

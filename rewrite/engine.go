@@ -154,6 +154,21 @@ func (e *Engine) learnLocked(key []byte) {
 	e.keyLocked(key) // listed by PROXY HOTKEYS from now on
 }
 
+// DeductScript reports whether args is EVAL or EVALSHA (or their _RO
+// forms) of a deduct script declared in the config.
+func (e *Engine) DeductScript(args [][]byte) bool {
+	if len(args) < 2 {
+		return false
+	}
+	switch name := strings.ToLower(string(args[0])); name {
+	case "evalsha", "evalsha_ro":
+		return e.settings.Load().scripts[strings.ToLower(string(args[1]))] != nil
+	case "eval", "eval_ro":
+		return e.scriptByBody(args[1]) != nil
+	}
+	return false
+}
+
 // scriptByBody is the declared deduct script with this body, if any.
 func (e *Engine) scriptByBody(body []byte) *config.Script {
 	sum := sha1.Sum(body)
@@ -323,7 +338,8 @@ func (e *Engine) complete(h *hotKey, l *Layout) []byte {
 		}
 		reqs = append(reqs, Request{Key: b, Args: args})
 	}
-	for _, r := range e.send(h, reqs) {
+	made := e.send(h, reqs)
+	for _, r := range made {
 		if resp.IsError(r) {
 			return r
 		}
@@ -331,8 +347,25 @@ func (e *Engine) complete(h *hotKey, l *Layout) []byte {
 	pending := l.Marker()
 	l.Pending = false
 	r = e.eval(h, scriptComplete, key, [][]byte{key}, pending, l.Marker())
-	if _, _, ok := pair(r); !ok {
+	done, _, ok := pair(r)
+	if !ok {
 		return r
+	}
+	if done == 0 {
+		// Someone completed it first, or the key changed meanwhile
+		// (deleted, unsharded, made again): then the buckets this call
+		// made belong to no layout, and their stock to no one.
+		v, isBulk := resp.BulkValue(e.send(h, []Request{{Key: key, Args: [][]byte{[]byte("GET"), key}}})[0])
+		if !isBulk || !bytes.Equal(v, l.Marker()) {
+			var del []Request
+			for i, r := range made {
+				if string(r) == "+OK\r\n" {
+					del = append(del, Request{Key: reqs[i].Key, Args: [][]byte{[]byte("DEL"), reqs[i].Key}})
+				}
+			}
+			e.send(h, del)
+			return errGone
+		}
 	}
 	return nil
 }
@@ -389,10 +422,16 @@ func (e *Engine) readBuckets(h *hotKey, l *Layout) (sum int64, fail []byte) {
 			h.last[i].Store(0)
 			continue
 		}
-		v := int64(0)
-		if b, ok := resp.BulkValue(r); ok {
-			v, _ = resp.ParseInt(b)
+		b, ok := resp.BulkValue(r)
+		if !ok {
+			// A bucket gone: the layout ended (merged back, expired,
+			// deleted). Counting it as empty would conclude "sold out"
+			// from a layout that no longer holds the stock.
+			h.forget()
+			fail = errGone
+			continue
 		}
+		v, _ := resp.ParseInt(b)
 		h.last[i].Store(v)
 		sum += v
 	}
@@ -505,7 +544,10 @@ func (e *Engine) deduct(h *hotKey, l *Layout, amount int64, client uint64) (ok b
 	short := 0
 	for attempt := 0; attempt < 4 && short < 2; attempt++ {
 		sum, fail := e.readBuckets(h, l)
-		if fail != nil {
+		switch {
+		case bytes.Equal(fail, errGone):
+			return false, fail
+		case fail != nil:
 			unreachable = fail
 		}
 		if ok, fail := ring(); ok || fail != nil {
@@ -569,7 +611,11 @@ func (e *Engine) consolidate(h *hotKey, l *Layout, want int64) []byte {
 		}
 		_, v, fail = e.bucketOp(h, scriptAdd, l.Bucket(0), t)
 		if fail != nil {
-			// Bucket 0 is gone with the key; so is the stock taken.
+			// Bucket 0 is gone (the key was merged back, or deleted) or
+			// its node failed: the stock taken goes back where it was,
+			// which PROXY UNSHARD drains only after every proxy has
+			// stopped using the layout.
+			e.bucketOp(h, scriptAdd, l.Bucket(b), t)
 			return fail
 		}
 		h.last[0].Store(v)

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/hotkeyproxy/hotkeyproxy/cluster"
+	"github.com/hotkeyproxy/hotkeyproxy/config"
 )
 
 // MarkerPrefix starts the value a hot key's own key holds in place of its
@@ -15,6 +16,11 @@ import (
 // scripts: a Lua error) instead of acting on a stale plain value, and a
 // GET that returns it tells any proxy to read the buckets (contract 9).
 const MarkerPrefix = "hotkeyproxy-layout:1:"
+
+// MaxValue bounds the value of a hot key, and of each bucket, both ways:
+// the bucket scripts run in Redis's Lua, whose numbers are doubles, exact
+// below 2^53.
+const MaxValue = 1<<53 - 1
 
 // Layout is how a hot key is held: its buckets' hash tags, in bucket order.
 // Bucket i is the key "{tag_i}key#i.gen", so its name contains the key, and
@@ -90,7 +96,8 @@ func IsMarker(v []byte) bool { return bytes.HasPrefix(v, []byte(MarkerPrefix)) }
 
 var errBadMarker = errors.New("rewrite: malformed layout")
 
-// ParseMarker reads the layout a key's value holds.
+// ParseMarker reads the layout a key's value holds: at most
+// config.MaxBuckets buckets, written exactly as Marker writes it.
 func ParseMarker(key string, v []byte) (*Layout, error) {
 	if !IsMarker(v) {
 		return nil, errBadMarker
@@ -99,19 +106,21 @@ func ParseMarker(key string, v []byte) (*Layout, error) {
 	if len(parts) < 2 || len(parts) > 3 || len(parts[0]) == 0 {
 		return nil, errBadMarker
 	}
-	if _, err := strconv.ParseUint(string(parts[0]), 16, 64); err != nil {
+	gen, err := strconv.ParseUint(string(parts[0]), 16, 64)
+	if err != nil {
 		return nil, errBadMarker
 	}
 	fields := bytes.Fields(parts[1])
 	if len(fields) < 1 {
 		return nil, errBadMarker
 	}
-	l := &Layout{Key: key, Gen: string(parts[0]), Tags: make([]string, len(fields))}
+	l := &Layout{Key: key, Gen: strconv.FormatUint(gen, 16), Tags: make([]string, len(fields))}
 	for i, f := range fields {
-		if _, err := strconv.ParseUint(string(f), 10, 32); err != nil {
+		t, err := strconv.ParseUint(string(f), 10, 32)
+		if err != nil {
 			return nil, errBadMarker
 		}
-		l.Tags[i] = string(f)
+		l.Tags[i] = strconv.FormatUint(t, 10)
 	}
 	if len(parts) == 3 {
 		fill, err := strconv.ParseInt(string(parts[2]), 10, 64)
@@ -119,6 +128,11 @@ func ParseMarker(key string, v []byte) (*Layout, error) {
 			return nil, errBadMarker
 		}
 		l.Pending, l.Fill = true, fill
+	}
+	// Only what Marker writes: a value written some other way (a client
+	// can SET anything) is not a layout, whatever it starts with.
+	if l.N() > config.MaxBuckets || !bytes.Equal(l.Marker(), v) {
+		return nil, errBadMarker
 	}
 	return l, nil
 }

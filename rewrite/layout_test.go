@@ -71,7 +71,9 @@ func TestMarkerRoundTrip(t *testing.T) {
 		t.Fatalf("pending marker %q parsed as %+v, %v", l.Marker(), got, err)
 	}
 	for _, bad := range []string{"", "100", MarkerPrefix, MarkerPrefix + "1 x", MarkerPrefix + "-1",
-		MarkerPrefix + "ab:1 x", MarkerPrefix + ":1 2", MarkerPrefix + "zz:1 2", MarkerPrefix + "ab:1 2:x", MarkerPrefix + "ab:1:2:3", MarkerPrefix + "ab:"} {
+		MarkerPrefix + "ab:1 x", MarkerPrefix + ":1 2", MarkerPrefix + "zz:1 2", MarkerPrefix + "ab:1 2:x", MarkerPrefix + "ab:1:2:3", MarkerPrefix + "ab:",
+		MarkerPrefix + "ab:1  2", MarkerPrefix + "ab:1\t2", MarkerPrefix + "ab:1 2:+5", MarkerPrefix + "AB:1 2", MarkerPrefix + "ab:01 2",
+		MarkerPrefix + "ab:" + strings.Repeat("1 ", 1024) + "1"} {
 		if _, err := ParseMarker("k", []byte(bad)); err == nil {
 			t.Errorf("%q parsed", bad)
 		}

@@ -50,20 +50,20 @@ return {1, redis.call('incrby', KEYS[1], ARGV[1])}`)
 	// from the pending marker, by whichever proxy reads it first: made
 	// with SET NX, under names no other layout uses, so doing it twice is
 	// harmless. A missing key is made when ARGV[3] is 1, as a first write
-	// to a plain key makes it; ARGV[4] is the bucket count. Lua numbers
-	// are doubles: a value of 2^53 or more stays whole on bucket 0.
-	// {1, 0} when started, {0, 0} when the key does not exist, {2, 0}
-	// when it already holds a layout, {-1, 0} when it holds something
-	// that is not an integer.
+	// to a plain key makes it; ARGV[4] is the bucket count. {1, 0} when
+	// started, {0, 0} when the key does not exist, {2, 0} when it already
+	// holds a layout, {-1, 0} when it holds something that is not an
+	// integer as Redis writes them ("007" is not), or one of 2^53 or more in absolute value
+	// (MaxValue: Lua numbers are doubles).
 	scriptConvert = newBucketScript(`local v = redis.call('get', KEYS[1])
 if v and string.sub(v, 1, #ARGV[2]) == ARGV[2] then return {2, 0} end
 if not v then
   if ARGV[3] ~= '1' then return {0, 0} end
   v = '0'
-elseif not string.match(v, '^-?%d+$') or tonumber(v) == nil then return {-1, 0} end
+elseif not (v == '0' or string.match(v, '^-?[1-9]%d*$')) or math.abs(tonumber(v)) >= 2^53 then return {-1, 0} end
 local total, n = tonumber(v), tonumber(ARGV[4])
 local fill, b0 = '0', v
-if total > 0 and total < 2^53 then
+if total > 0 then
   local q = math.floor(total / n)
   while q * n > total do q = q - 1 end
   while (q + 1) * n <= total do q = q + 1 end

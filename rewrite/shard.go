@@ -3,6 +3,7 @@ package rewrite
 import (
 	"maps"
 	"strconv"
+	"time"
 
 	"github.com/hotkeyproxy/hotkeyproxy/resp"
 )
@@ -22,16 +23,24 @@ func (e *Engine) publish(h *hotKey, op byte) {
 }
 
 // News applies a message of LayoutChannel: "+key" learns key, "-key"
-// forgets it. Other messages are ignored.
+// forgets it. Any client can publish there, so a key is learned only once
+// Redis shows it holds a layout: junk costs a GET, not memory. Other
+// messages are ignored.
 func (e *Engine) News(msg []byte) {
 	if len(msg) < 2 {
 		return
 	}
+	key := msg[1:]
 	switch msg[0] {
 	case '+':
-		e.Learn(msg[1:])
+		v, ok := resp.BulkValue(e.up.Do([]Request{{Key: key, Args: [][]byte{[]byte("GET"), key}}})[0])
+		if ok && IsMarker(v) {
+			if _, err := ParseMarker(string(key), v); err == nil {
+				e.Learn(key)
+			}
+		}
 	case '-':
-		e.Forget(msg[1:])
+		e.Forget(key)
 	}
 }
 
@@ -65,7 +74,7 @@ func (e *Engine) Shard(key []byte, n int) []byte {
 	case stateFailed:
 		return fail
 	case stateOther:
-		return resp.AppendError(nil, "ERR hotkeyproxy: '"+h.name+"' does not hold an integer; only counters can be held as buckets")
+		return resp.AppendError(nil, "ERR hotkeyproxy: '"+h.name+"' does not hold an integer below 2^53 in absolute value; only counters can be held as buckets")
 	}
 	if !h.conf.Load().configured {
 		e.Learn(key)
@@ -73,20 +82,23 @@ func (e *Engine) Shard(key []byte, n int) []byte {
 	return []byte("+OK\r\n")
 }
 
-// Unshard turns a hot key back into one plain key holding the sum, live:
-// first every bucket's stock is moved into bucket 0 (while the key still
-// holds its layout, so deducts through any proxy go on); then, in one
-// step on the key's slot, the key takes bucket 0's value and bucket 0
-// goes; then each other bucket is deleted and whatever was given back to
-// it meanwhile is added to the key. Proxies that still use the layout
-// find bucket 0 gone, read the key, and relay as for a plain key. A key
-// that a rule of this proxy names is refused: the proxy would convert it
-// again at once.
+// Unshard turns a hot key back into one plain key holding the sum, live.
+// One proxy at a time (a lease next to bucket 0, 30 s at most): first
+// every bucket's stock is moved into bucket 0 while the key still holds
+// its layout, so deducts through any proxy go on; then, in one step on
+// the key's slot, the key takes bucket 0's value and bucket 0 goes; the
+// other proxies hear it, or find bucket 0 gone and read the key, and
+// relay as for a plain key. Once every proxy must have stopped using the
+// layout (the recheck interval, about a second, which the call waits),
+// each other bucket is deleted and whatever was given back to it meanwhile
+// is added to the key. A key that a rule of this proxy names is refused:
+// the proxy would convert it again at once.
 func (e *Engine) Unshard(key []byte) []byte {
 	h := e.key(key)
 	if h.conf.Load().configured {
 		return resp.AppendError(nil, "ERR hotkeyproxy: '"+h.name+"' is marked hot by hotkeys.keys in proxy.yaml; remove it there first")
 	}
+	h.seen.Store(0) // what Redis holds now
 	l, st, fail := e.load(h, false)
 	switch {
 	case st == stateFailed && string(fail) != string(errPlain):
@@ -95,12 +107,21 @@ func (e *Engine) Unshard(key []byte) []byte {
 		e.Forget(key)
 		return resp.AppendError(nil, "ERR hotkeyproxy: '"+h.name+"' is not held as buckets")
 	}
+	lease := append(l.Bucket(0), ":unshard"...)
+	r := e.send(h, []Request{{Key: lease, Args: [][]byte{[]byte("SET"), lease, []byte("1"), []byte("NX"), []byte("PX"), []byte("30000")}}})[0]
+	switch {
+	case resp.IsError(r):
+		return r
+	case string(r) != "+OK\r\n":
+		return resp.AppendError(nil, "ERR hotkeyproxy: '"+h.name+"' is being merged back by another proxy")
+	}
+	defer e.send(h, []Request{{Key: lease, Args: [][]byte{[]byte("DEL"), lease}}})
 	h.slow.Lock()
 	defer h.slow.Unlock()
 	if fail := e.consolidate(h, l, 1<<62); fail != nil {
 		return fail
 	}
-	r := e.eval(h, scriptMerge, key, [][]byte{key, l.Bucket(0)}, l.Marker())
+	r = e.eval(h, scriptMerge, key, [][]byte{key, l.Bucket(0)}, l.Marker())
 	switch code, _, ok := pair(r); {
 	case !ok:
 		return r
@@ -108,6 +129,9 @@ func (e *Engine) Unshard(key []byte) []byte {
 		e.Forget(key)
 		return resp.AppendError(nil, "ERR hotkeyproxy: '"+h.name+"' changed meanwhile (deleted or made again); nothing done")
 	}
+	e.Forget(key)
+	e.publish(h, '-')
+	time.Sleep(recheck + 100*time.Millisecond)
 	for i := 1; i < l.N(); i++ {
 		b := l.Bucket(i)
 		r := e.eval(h, scriptDrain, b, [][]byte{b})
@@ -121,7 +145,5 @@ func (e *Engine) Unshard(key []byte) []byte {
 			}
 		}
 	}
-	e.Forget(key)
-	e.publish(h, '-')
 	return []byte("+OK\r\n")
 }
