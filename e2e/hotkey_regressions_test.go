@@ -164,6 +164,39 @@ func TestHotKeyShardRegressions(t *testing.T) {
 		}
 	})
 
+	t.Run("failed scripts are not run again", func(t *testing.T) {
+		// A script that writes, then fails with an error that reads like
+		// a layout's: the proxy must not send it again (it ran 4 times).
+		a.do("SET", "cnt", "0")
+		body := "redis.call('incr', KEYS[1]) return redis.error_reply('ERR value is not an integer or out of range')"
+		a.do("EVAL", body, "1", "cnt")
+		if v := s.direct.Get(ctx, "cnt").Val(); v != "1" {
+			t.Errorf("a failing script that INCRs ran until cnt = %s, want once", v)
+		}
+	})
+
+	t.Run("SET replaces the layout", func(t *testing.T) {
+		const k = "reset"
+		a.do("SET", k, "80")
+		a.do("PROXY", "SHARD", k)
+		before := s.readBuckets(t, k)
+		b.do("SET", k, "1000") // B learns it from the news, and SETs it
+		after := s.readBuckets(t, k)
+		if after.sum != 1000 || after.layout.Gen == before.layout.Gen || len(after.strays) > 0 {
+			t.Errorf("after SET 1000: %s (gen %s, was %s), want 1000 in a new layout and the old buckets gone", after, after.layout.Gen, before.layout.Gen)
+		}
+	})
+
+	t.Run("SELECT on a client's own connection", func(t *testing.T) {
+		c := dialRaw(t, s.a.addr)
+		c.do("MULTI")
+		c.do("EXEC") // own connection from here on: SELECT goes to Redis
+		c.do("SELECT", "1")
+		if r := c.do("PROXY", "SHARD", "y"); !strings.Contains(r, "db 0") {
+			t.Errorf("PROXY SHARD after MULTI/EXEC and SELECT 1: %q, want a refusal naming db 0", r)
+		}
+	})
+
 	t.Run("refusals", func(t *testing.T) {
 		a.do("SELECT", "1")
 		if r := a.do("PROXY", "SHARD", "x"); !strings.Contains(r, "db 0") {

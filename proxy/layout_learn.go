@@ -147,17 +147,26 @@ func (s *session) reread(m layoutMark, r []byte) []byte {
 }
 
 // retryFailed answers again a marked command that Redis failed with r,
-// when the failure may come from a layout. The key holding one: it is
-// learned and the command answered as on a hot key. The key plain (merged
-// back since): the command is sent again when its failure did nothing
-// (INCR…: not an integer; a declared deduct script, which fails before any
-// write), giving the same error if it was genuine. A key sharded and
-// merged back meanwhile is looked at again, three times at most.
+// when the failure is the one a layout causes and did nothing: Redis's
+// "not an integer" to INCR, DECR, INCRBY, DECRBY, or a Lua error of a
+// deduct script declared in the config (which fails at its first
+// comparison, before any write). Any other failure — a script that may
+// have written before it failed, a lost reply — is the client's to see,
+// as a retry could apply the command twice. The key holding a layout: it
+// is learned and the command answered as on a hot key. The key plain
+// (merged back since): the command is sent again. Three rounds at most,
+// for a key sharded and merged back meanwhile.
 func (s *session) retryFailed(args [][]byte, keyAt int, r []byte) []byte {
 	e, up := s.srv.hot, hotUpstream{s.srv}
 	key := args[keyAt]
+	layoutFailure := func(r []byte) bool {
+		if e.DeductScript(args) {
+			return bytes.HasPrefix(r, []byte("-ERR user_script:")) || bytes.HasPrefix(r, []byte("-ERR Error running script"))
+		}
+		return string(r) == "-"+msgNotInteger+"\r\n" && !strings.HasPrefix(strings.ToLower(string(args[0])), "eval")
+	}
 	for range 3 {
-		if !resp.IsError(r) {
+		if !layoutFailure(r) {
 			return r
 		}
 		v, ok := resp.BulkValue(up.Do([]rewrite.Request{{Key: key, Args: [][]byte{[]byte("GET"), key}}})[0])
@@ -166,10 +175,6 @@ func (s *session) retryFailed(args [][]byte, keyAt int, r []byte) []byte {
 			if again := e.Do(args, keyAt, s.id); again != nil {
 				return again
 			}
-			continue // plain again by now
-		}
-		if !bytes.Contains(r, []byte("not an integer")) && !e.DeductScript(args) {
-			return r
 		}
 		r = up.Do([]rewrite.Request{{Key: key, Args: args}})[0]
 	}

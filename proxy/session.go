@@ -241,6 +241,9 @@ func (s *session) handle(cmd *resp.Command) {
 	case routeLocal:
 		if s.upstreamOwns(string(name)) {
 			s.dispatch(cmd, string(name))
+			if string(name) == "select" && s.srv.cluster == nil {
+				s.ownSelect(cmd)
+			}
 			return
 		}
 		s.local(cmd, string(name))
@@ -896,6 +899,22 @@ func standaloneHello(reply []byte) []byte {
 
 // selectDB answers SELECT by moving the client to the shared connections of
 // the new db; Redis itself checks the index when the first one is dialed.
+// ownSelect follows a SELECT sent on the client's own connection: the
+// session's db is what Redis took, once it answers. Queued in MULTI, it
+// takes effect at EXEC, if at all: until the client selects again, the db
+// is unknown (-1), and hot keys are not served as such.
+func (s *session) ownSelect(cmd *resp.Command) {
+	if s.inMulti {
+		s.db = -1
+		return
+	}
+	mark := len(s.out)
+	s.flush()
+	if n, ok := resp.ParseInt(cmd.Args[1]); ok && string(s.out[mark:]) == "+OK\r\n" {
+		s.db = int(n)
+	}
+}
+
 func (s *session) selectDB(args [][]byte) {
 	if len(args) != 2 {
 		s.replyError(wrongArity("select"))

@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"bytes"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -143,37 +144,43 @@ func (e *Engine) set(h *hotKey, args [][]byte) []byte {
 			}
 		}
 	}
-	l, st, fail := e.load(h, false)
-	switch st {
-	case stateFailed:
+	prev, st, fail := e.load(h, false)
+	if st == stateFailed {
 		return fail
-	case stateHot:
-	default:
-		masters, owner := e.up.Placement()
-		l = Place(h.name, e.buckets(h), masters, owner)
 	}
+	// Always a new layout, its buckets written before the key names it:
+	// no proxy ever reads a layout with buckets missing or half written,
+	// and a gather or PROXY UNSHARD still at work on the old one moves
+	// stock only among the old buckets, which go with the value the SET
+	// replaces. If the SET does not apply (NX, XX), the new ones go.
+	n := e.buckets(h)
+	if st == stateHot {
+		n = prev.N()
+	}
+	masters, owner := e.up.Placement()
+	l := Place(h.name, n, masters, owner)
 	var old []byte
 	if get && st == stateHot {
 		if old = e.get(h); resp.IsError(old) {
 			return old
 		}
 	}
-	// A new layout's buckets are written before the key names them, so
-	// that no proxy ever reads the layout with buckets missing; if the
-	// SET then does not apply (NX, XX), they go again.
-	made := st != stateHot
-	if made {
-		if fail := e.writeShares(h, l, total, expiry); fail != nil {
-			return fail
+	key := []byte(h.name)
+	bucketExpiry := expiry
+	if slices.ContainsFunc(expiry, func(o []byte) bool { return strings.EqualFold(string(o), "KEEPTTL") }) {
+		// New bucket keys have no TTL to keep: they get the key's.
+		bucketExpiry = nil
+		if ttl, ok := resp.IntValue(e.send(h, []Request{{Key: key, Args: [][]byte{[]byte("PTTL"), key}}})[0]); ok && ttl > 0 {
+			bucketExpiry = [][]byte{[]byte("PX"), strconv.AppendInt(nil, ttl, 10)}
 		}
 	}
-	key := []byte(h.name)
+	if fail := e.writeShares(h, l, total, bucketExpiry); fail != nil {
+		return fail
+	}
 	setMarker := append([][]byte{[]byte("SET"), key, l.Marker()}, args[3:]...)
 	r := e.send(h, []Request{{Key: key, Args: setMarker}})[0]
 	if resp.IsError(r) {
-		if made {
-			e.dropBuckets(h, l)
-		}
+		e.dropBuckets(h, l)
 		return r
 	}
 	var wasSet bool // with GET, the reply is the old value: NX and XX say
@@ -190,19 +197,15 @@ func (e *Engine) set(h *hotKey, args [][]byte) []byte {
 	if get && st != stateHot {
 		old = r // the plain value it held, or nil
 	}
-	switch {
-	case wasSet && made:
+	if !wasSet {
+		e.dropBuckets(h, l)
+	} else {
 		e.adopt(h, l)
 		h.soldAt.Store(0)
 		e.publish(h, '+')
-	case wasSet:
-		if fail := e.writeShares(h, l, total, expiry); fail != nil {
-			return fail
+		if st == stateHot {
+			e.dropBuckets(h, prev)
 		}
-		e.readBuckets(h, l)
-		h.soldAt.Store(0)
-	case made:
-		e.dropBuckets(h, l)
 	}
 	switch {
 	case get:
