@@ -11,12 +11,7 @@ import (
 )
 
 func TestBenchSeckillFlags(t *testing.T) {
-	tests := []struct {
-		name     string
-		args     []string
-		code     int
-		contains string
-	}{
+	checkRuns(t, nil, nil, []runCase{
 		{"help", []string{"bench", "seckill", "--help"}, 0, "--stock"},
 		{"help names the checks", []string{"bench", "seckill", "-h"}, 0, "false sold-outs"},
 		{"bench alone", []string{"bench"}, 2, "usage: hotkeyproxy bench seckill"},
@@ -27,19 +22,7 @@ func TestBenchSeckillFlags(t *testing.T) {
 		{"bad mode", []string{"bench", "seckill", "--mode", "incr"}, 1, `invalid mode "incr"`},
 		{"bad flag", []string{"bench", "seckill", "--stock", "many"}, 2, "invalid value"},
 		{"main usage lists it", []string{"--help"}, 0, "hotkeyproxy bench seckill"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			var out, errOut bytes.Buffer
-			code := run(tc.args, &out, &errOut)
-			if code != tc.code {
-				t.Errorf("exit %d, want %d (stderr %q)", code, tc.code, errOut.String())
-			}
-			if all := out.String() + errOut.String(); !strings.Contains(all, tc.contains) {
-				t.Errorf("output %q does not contain %q", all, tc.contains)
-			}
-		})
-	}
+	})
 }
 
 func TestBenchSeckillRun(t *testing.T) {

@@ -49,12 +49,11 @@ func TestHealthcheck(t *testing.T) {
 		}
 		return path
 	}
-	tests := []struct {
-		name     string
-		args     []string
-		code     int
-		contains string
-	}{
+	checkRuns(t, []string{"healthcheck"}, func(t *testing.T, tc runCase, all string) {
+		if tc.code != 2 && tc.name != "help" && strings.Count(strings.TrimSpace(all), "\n") != 0 {
+			t.Errorf("output %q is not one line", all)
+		}
+	}, []runCase{
 		{"ready", []string{"--addr", ready}, 0, "ready"},
 		{"not ready says why", []string{"--addr", notReady}, 1, "not ready: dial tcp 127.0.0.1:6379: connect: connection refused (HTTP 503)"},
 		{"nothing listening", []string{"--addr", freeAddr(t)}, 1, "no answer"},
@@ -66,23 +65,7 @@ func TestHealthcheck(t *testing.T) {
 		{"bad address", []string{"--addr", "localhost"}, 2, `want host:port, got "localhost"`},
 		{"stray argument", []string{"--addr", ready, "now"}, 2, `unexpected argument "now"`},
 		{"help", []string{"--help"}, 0, "exits 0 when it is ready"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			var out, errOut bytes.Buffer
-			code := run(append([]string{"healthcheck"}, tc.args...), &out, &errOut)
-			all := out.String() + errOut.String()
-			if code != tc.code {
-				t.Errorf("exit %d, want %d (output %q)", code, tc.code, all)
-			}
-			if !strings.Contains(all, tc.contains) {
-				t.Errorf("output %q does not contain %q", all, tc.contains)
-			}
-			if tc.code != 2 && tc.name != "help" && strings.Count(strings.TrimSpace(all), "\n") != 0 {
-				t.Errorf("output %q is not one line", all)
-			}
-		})
-	}
+	})
 }
 
 // TestHealthcheckProxy runs the subcommand against a real proxy whose

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,12 +22,7 @@ func TestCheckConfig(t *testing.T) {
 	os.WriteFile(bad, []byte("listen: 127.0.0.1:6380\nupstream:\n  mode: sharded\n"), 0o644)
 	unknown := filepath.Join(dir, "unknown.yaml")
 	os.WriteFile(unknown, []byte("lisen: 127.0.0.1:6380\n"), 0o644)
-	tests := []struct {
-		name     string
-		args     []string
-		code     int
-		contains string
-	}{
+	checkRuns(t, nil, nil, []runCase{
 		{"shipped proxy.yaml", []string{"--check-config", "proxy.yaml"}, 0, "proxy.yaml: ok"},
 		{"bad value names the field", []string{"--check-config", bad}, 1, "upstream.mode"},
 		{"unknown field names it", []string{"--check-config", unknown}, 1, "lisen"},
@@ -37,19 +33,7 @@ func TestCheckConfig(t *testing.T) {
 		{"check applies flags", []string{"--check-config", "proxy.yaml", "--upstream-mode", "sharded"}, 1, "upstream.mode"},
 		{"check accepts cluster mode without dialing", []string{"--check-config", "proxy.yaml", "--upstream-mode", "cluster", "--upstream", "127.0.0.1:1"}, 0, "proxy.yaml: ok"},
 		{"help", []string{"--help"}, 0, "hotkeyproxy demo"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			var out, errOut bytes.Buffer
-			code := run(tc.args, &out, &errOut)
-			if code != tc.code {
-				t.Errorf("exit %d, want %d (stderr %q)", code, tc.code, errOut.String())
-			}
-			if all := out.String() + errOut.String(); !strings.Contains(all, tc.contains) {
-				t.Errorf("output %q does not contain %q", all, tc.contains)
-			}
-		})
-	}
+	})
 }
 
 // buildBinary builds hotkeyproxy once per test into a temp dir.
@@ -177,5 +161,36 @@ func TestDemo(t *testing.T) {
 			nc.Close()
 			t.Errorf("node %s still answers after the demo stopped", upstream)
 		}
+	}
+}
+
+// runCase is one command line of the binary and what it must give: its
+// exit code, and a text its output contains.
+type runCase struct {
+	name     string
+	args     []string
+	code     int
+	contains string
+}
+
+// checkRuns runs each case through run, its args after prefix; check, if
+// set, looks further at a case's output.
+func checkRuns(t *testing.T, prefix []string, check func(t *testing.T, tc runCase, output string), cases []runCase) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := run(append(slices.Clone(prefix), tc.args...), &out, &errOut)
+			all := out.String() + errOut.String()
+			if code != tc.code {
+				t.Errorf("exit %d, want %d (output %q)", code, tc.code, all)
+			}
+			if !strings.Contains(all, tc.contains) {
+				t.Errorf("output %q does not contain %q", all, tc.contains)
+			}
+			if check != nil {
+				check(t, tc, all)
+			}
+		})
 	}
 }

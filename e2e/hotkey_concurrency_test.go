@@ -736,29 +736,10 @@ func hkFreeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// hkLockedBuf collects a process's output.
-type hkLockedBuf struct {
-	mu sync.Mutex
-	b  []byte
-}
-
-func (w *hkLockedBuf) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.b = append(w.b, p...)
-	return len(p), nil
-}
-
-func (w *hkLockedBuf) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return string(w.b)
-}
-
 // hkProc is one run of the proxy binary.
 type hkProc struct {
 	cmd  *exec.Cmd
-	out  *hkLockedBuf
+	out  *syncBuffer
 	done chan struct{}
 	err  error // valid once done is closed
 }
@@ -767,7 +748,7 @@ type hkProc struct {
 // answers PING. The process is killed when the test ends, if still alive.
 func hkSpawn(t *testing.T, bin, cfgPath, listen string) *hkProc {
 	t.Helper()
-	p := &hkProc{cmd: exec.Command(bin, "--config", cfgPath), out: &hkLockedBuf{}, done: make(chan struct{})}
+	p := &hkProc{cmd: exec.Command(bin, "--config", cfgPath), out: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -59,7 +59,7 @@ func (srv *Server) infoSection(args [][]byte, t *topology) string {
 	}
 	cfg := srv.config()
 	line("proxy_hotkey_rules", strconv.Itoa(len(cfg.Hotkeys.Keys)))
-	line("proxy_hotkeys_met", strconv.Itoa(len(srv.hot.Stats())))
+	line("proxy_hotkeys_met", strconv.Itoa(srv.hot.Met()))
 	d := srv.detect
 	if cfg.Hotkeys.Detect.Enabled {
 		line("proxy_detector", "on")

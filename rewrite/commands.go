@@ -78,12 +78,7 @@ func (e *Engine) getOnce(h *hotKey) []byte {
 	case stateMissing, stateOther:
 		return e.send(h, []Request{{Key: key, Args: [][]byte{[]byte("GET"), key}}})[0]
 	}
-	reqs := []Request{{Key: key, Args: [][]byte{[]byte("GET"), key}}}
-	for i := 0; i < l.N(); i++ {
-		b := l.Bucket(i)
-		reqs = append(reqs, Request{Key: b, Args: [][]byte{[]byte("GET"), b}})
-	}
-	replies := e.send(h, reqs)
+	replies := e.send(h, l.requests([]Request{{Key: key, Args: [][]byte{[]byte("GET"), key}}}, []byte("GET")))
 	v, ok := resp.BulkValue(replies[0])
 	switch {
 	case resp.IsError(replies[0]):
@@ -233,12 +228,7 @@ func (e *Engine) writeShares(h *hotKey, l *Layout, total int64, expiry [][]byte)
 
 // dropBuckets deletes the buckets of a layout that no key names.
 func (e *Engine) dropBuckets(h *hotKey, l *Layout) {
-	reqs := make([]Request, l.N())
-	for i := range reqs {
-		b := l.Bucket(i)
-		reqs[i] = Request{Key: b, Args: [][]byte{[]byte("DEL"), b}}
-	}
-	e.send(h, reqs)
+	e.send(h, l.requests(nil, []byte("DEL")))
 }
 
 // add answers INCR, DECR, INCRBY, DECRBY: the sum changes exactly as a
@@ -387,10 +377,7 @@ func (e *Engine) del(h *hotKey, args [][]byte) []byte {
 	case stateFailed:
 		return fail
 	case stateHot:
-		for i := 0; i < l.N(); i++ {
-			b := l.Bucket(i)
-			reqs = append(reqs, Request{Key: b, Args: [][]byte{args[0], b}})
-		}
+		reqs = l.requests(reqs, args[0])
 	}
 	replies := e.send(h, reqs)
 	h.layout.Store(nil)
@@ -410,12 +397,7 @@ func (e *Engine) expire(h *hotKey, args [][]byte) []byte {
 	if st != stateHot || !bytes.Equal(r, []byte(":1\r\n")) {
 		return r
 	}
-	reqs := make([]Request, l.N())
-	for i := range reqs {
-		b := l.Bucket(i)
-		reqs[i] = Request{Key: b, Args: append([][]byte{args[0], b}, args[2:]...)}
-	}
-	for _, br := range e.send(h, reqs) {
+	for _, br := range e.send(h, l.requests(nil, args[0], args[2:]...)) {
 		if resp.IsError(br) {
 			return br
 		}

@@ -407,12 +407,7 @@ func (e *Engine) adopt(h *hotKey, l *Layout) {
 
 // readBuckets refreshes what h knows of every bucket and returns the sum.
 func (e *Engine) readBuckets(h *hotKey, l *Layout) (sum int64, fail []byte) {
-	reqs := make([]Request, l.N())
-	for i := range reqs {
-		b := l.Bucket(i)
-		reqs[i] = Request{Key: b, Args: [][]byte{[]byte("GET"), b}}
-	}
-	for i, r := range e.send(h, reqs) {
+	for i, r := range e.send(h, l.requests(nil, []byte("GET"))) {
 		if resp.IsError(r) {
 			// The others are still read: a deduct can go on with them,
 			// though it cannot conclude "sold out" (fail is set).

@@ -54,6 +54,16 @@ func (l *Layout) Bucket(i int) []byte {
 	return append(b, l.Gen...)
 }
 
+// requests appends to dst the command "cmd bucket args…" for each bucket
+// of l, in bucket order.
+func (l *Layout) requests(dst []Request, cmd []byte, args ...[]byte) []Request {
+	for i := range l.N() {
+		b := l.Bucket(i)
+		dst = append(dst, Request{Key: b, Args: append([][]byte{cmd, b}, args...)})
+	}
+	return dst
+}
+
 // Share is bucket i's part of total spread over the buckets: total/N
 // each, the remainder one each on the first buckets (contract 1). A
 // total below zero is a debt and stays whole on bucket 0, which

@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"slices"
+	"strings"
 	"sync/atomic"
 )
 
@@ -36,6 +37,13 @@ type KeyStats struct {
 	UpstreamCalls uint64
 }
 
+// Met is the number of hot keys this proxy has met.
+func (e *Engine) Met() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.keys)
+}
+
 // Stats returns the stats of every hot key this proxy has met, by key.
 func (e *Engine) Stats() []KeyStats {
 	e.mu.Lock()
@@ -44,15 +52,7 @@ func (e *Engine) Stats() []KeyStats {
 		keys = append(keys, h)
 	}
 	e.mu.Unlock()
-	slices.SortFunc(keys, func(a, b *hotKey) int {
-		switch {
-		case a.name < b.name:
-			return -1
-		case a.name > b.name:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(keys, func(a, b *hotKey) int { return strings.Compare(a.name, b.name) })
 	out := make([]KeyStats, len(keys))
 	for i, h := range keys {
 		c := &h.count
