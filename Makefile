@@ -25,10 +25,10 @@ deps:
 test: deps
 	$(GO) vet ./...
 	$(GO) test -race -timeout 20m ./...
-	$(GO) test -run '^$$' -fuzz FuzzCommandReader -fuzztime $(FUZZTIME) ./resp/
+	$(GO) test -run '^$$' -fuzz FuzzCommandReader -fuzztime $(FUZZTIME) ./internal/resp/
 
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzCommandReader -fuzztime 5m ./resp/
+	$(GO) test -run '^$$' -fuzz FuzzCommandReader -fuzztime 5m ./internal/resp/
 
 bench: deps
 	@command -v nutcracker >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nutcracker >/dev/null; }

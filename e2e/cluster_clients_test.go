@@ -21,7 +21,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hotkeyproxy/hotkeyproxy/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/redistest"
 )
 
 func TestClusterClients(t *testing.T) {
@@ -295,7 +296,7 @@ func goRedisClusterSession(t *testing.T, rdb *redis.Client, direct *redis.Cluste
 func clusterClientVersusStandalone(t *testing.T, addr string, e *clusterEnv) {
 	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
 	defer cancel()
-	standalone := localredis.StartT(t, localredis.Options{})
+	standalone := redistest.Start(t, localredis.Options{})
 	var nodes []string
 	for _, n := range e.Cluster.Nodes() {
 		nodes = append(nodes, n.Addr())

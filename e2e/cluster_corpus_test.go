@@ -21,7 +21,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hotkeyproxy/hotkeyproxy/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/redistest"
 )
 
 // Replies of Redis Cluster 7.0 (cluster.c, db.c, sort.c) and of the proxy
@@ -394,7 +395,7 @@ func (d clusterDiff) step(i int) (clusterStepDiff, bool) {
 
 func TestClusterCorpus(t *testing.T) {
 	e := startClusterEnv(t, nil)
-	ref := localredis.StartT(t, localredis.Options{})
+	ref := redistest.Start(t, localredis.Options{})
 	l := clusterLayoutOf(t, e)
 	leaks := &leakWatch{addrs: l.nodes}
 	cases := slices.Concat(corpusCases(), clusterCorpusCases(l))
@@ -412,7 +413,7 @@ func TestClusterCorpus(t *testing.T) {
 // hide every result before it.
 func TestClusterMultiKeyArity(t *testing.T) {
 	e := startClusterEnv(t, nil)
-	ref := localredis.StartT(t, localredis.Options{})
+	ref := redistest.Start(t, localredis.Options{})
 	l := clusterLayoutOf(t, e)
 	cases := []corpusCase{
 		tc("cluster/multikey-arity",

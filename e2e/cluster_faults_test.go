@@ -27,11 +27,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotkeyproxy/hotkeyproxy/cluster"
 	"github.com/hotkeyproxy/hotkeyproxy/config"
-	"github.com/hotkeyproxy/hotkeyproxy/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/hashslot"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/redistest"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 	"github.com/hotkeyproxy/hotkeyproxy/proxy"
-	"github.com/hotkeyproxy/hotkeyproxy/resp"
 )
 
 // The proxy's retry policy for TRYAGAIN and CLUSTERDOWN, as specified for
@@ -181,7 +182,7 @@ func intReply(n int64) string   { return fmt.Sprintf(":%d\r\n", n) }
 func tagFor(slot int) string {
 	for i := 0; ; i++ {
 		tag := "t" + strconv.Itoa(i)
-		if int(cluster.Slot([]byte(tag))) == slot {
+		if int(hashslot.Of([]byte(tag))) == slot {
 			return "{" + tag + "}"
 		}
 	}
@@ -189,7 +190,7 @@ func tagFor(slot int) string {
 
 // slotRange is the range of slots master i of n was given at start, as
 // localredis.StartCluster splits them.
-func slotRange(i, n int) (lo, hi int) { return i * cluster.Slots / n, (i+1)*cluster.Slots/n - 1 }
+func slotRange(i, n int) (lo, hi int) { return i * hashslot.Count / n, (i+1)*hashslot.Count/n - 1 }
 
 // keyInRange returns a key, starting with prefix, whose slot is in the range
 // master i of 3 was given at start.
@@ -197,7 +198,7 @@ func keyInRange(prefix string, i int) string {
 	lo, hi := slotRange(i, 3)
 	for n := 0; ; n++ {
 		k := prefix + strconv.Itoa(n)
-		if s := int(cluster.Slot([]byte(k))); s >= lo && s <= hi {
+		if s := int(hashslot.Of([]byte(k))); s >= lo && s <= hi {
 			return k
 		}
 	}
@@ -333,7 +334,7 @@ func (c *migClient) next() migOp {
 	}
 	n := 0
 	for _, k := range o.keys {
-		if int(cluster.Slot([]byte(k))) == c.slot {
+		if int(hashslot.Of([]byte(k))) == c.slot {
 			n++
 		}
 	}
@@ -1405,7 +1406,7 @@ func checkServesAll(t *testing.T, addr, prefix string) {
 // TestClusterSeedDown: seeds that are down, hung or all unreachable when
 // the proxy starts.
 func TestClusterSeedDown(t *testing.T) {
-	c := localredis.StartClusterT(t, localredis.ClusterOptions{Masters: 3})
+	c := redistest.StartCluster(t, localredis.ClusterOptions{Masters: 3})
 	seeds := c.Seeds()
 
 	t.Run("DeadFirstSeed", func(t *testing.T) {

@@ -13,13 +13,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotkeyproxy/hotkeyproxy/localredis"
-	"github.com/hotkeyproxy/hotkeyproxy/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/redistest"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
 func TestClusterRegressions(t *testing.T) {
 	e := startClusterEnv(t, nil)
-	ref := localredis.StartT(t, localredis.Options{})
+	ref := redistest.Start(t, localredis.Options{})
 	l := clusterLayoutOf(t, e)
 	// One key on each master: a on the first (slot 0's, where SUBSCRIBE
 	// goes), b on the second, c on the third.

@@ -11,8 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotkeyproxy/hotkeyproxy/localredis"
-	"github.com/hotkeyproxy/hotkeyproxy/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/redistest"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
 // TestCorpus sends the same byte sequences to a redis-server directly and
@@ -22,7 +23,7 @@ import (
 // (client ids, INFO, CLIENT LIST) are checked for structure only.
 func TestCorpus(t *testing.T) {
 	e := startEnv(t, nil)
-	ref := localredis.StartT(t, localredis.Options{})
+	ref := redistest.Start(t, localredis.Options{})
 	direct := corpusTarget{addr: ref.Addr(), servers: []string{ref.Addr()}}
 	proxied := corpusTarget{addr: e.ProxyAddr(), servers: []string{e.Redis.Addr()}}
 

@@ -13,7 +13,8 @@ import (
 	"time"
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
-	"github.com/hotkeyproxy/hotkeyproxy/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -187,7 +188,7 @@ func TestMaxClients(t *testing.T) {
 // TestPasswords: the proxy's own password is required as Redis requires
 // requirepass; the upstream password is never shown to clients.
 func TestPasswords(t *testing.T) {
-	rs := localredis.StartT(t, localredis.Options{Password: "upstream-secret"})
+	rs := redistest.Start(t, localredis.Options{Password: "upstream-secret"})
 	cfg := config.Default()
 	cfg.Listen, cfg.Metrics.Listen = "127.0.0.1:0", ""
 	cfg.Upstream.Addrs = []string{rs.Addr()}
@@ -286,7 +287,7 @@ func TestIdleTimeout(t *testing.T) {
 // TestGracefulShutdown: a request in flight when the proxy stops still gets
 // its reply; then the connection closes and Serve returns.
 func TestGracefulShutdown(t *testing.T) {
-	rs := localredis.StartT(t, localredis.Options{Args: []string{"--enable-debug-command", "yes"}})
+	rs := redistest.Start(t, localredis.Options{Args: []string{"--enable-debug-command", "yes"}})
 	cfg := config.Default()
 	cfg.Listen, cfg.Metrics.Listen = "127.0.0.1:0", ""
 	cfg.Upstream.Addrs = []string{rs.Addr()}
@@ -321,7 +322,7 @@ func TestGracefulShutdown(t *testing.T) {
 // does not hold up a stop past its deadline, and its BLPOP does not stay
 // behind in Redis.
 func TestShutdownForcesBlockedClients(t *testing.T) {
-	rs := localredis.StartT(t, localredis.Options{})
+	rs := redistest.Start(t, localredis.Options{})
 	cfg := config.Default()
 	cfg.Listen, cfg.Metrics.Listen = "127.0.0.1:0", ""
 	cfg.Upstream.Addrs = []string{rs.Addr()}
@@ -441,7 +442,7 @@ func TestAttackRegressions(t *testing.T) {
 		}
 	})
 	t.Run("upstream password hidden inside MULTI", func(t *testing.T) {
-		rs := localredis.StartT(t, localredis.Options{Password: "up"})
+		rs := redistest.Start(t, localredis.Options{Password: "up"})
 		cfg := config.Default()
 		cfg.Listen, cfg.Metrics.Listen = "127.0.0.1:0", ""
 		cfg.Upstream.Addrs, cfg.Upstream.Password = []string{rs.Addr()}, "up"

@@ -12,9 +12,10 @@ import (
 	"time"
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
-	"github.com/hotkeyproxy/hotkeyproxy/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/redistest"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 	"github.com/hotkeyproxy/hotkeyproxy/proxy"
-	"github.com/hotkeyproxy/hotkeyproxy/resp"
 )
 
 // env is one upstream redis-server and a proxy in front of it.
@@ -31,7 +32,7 @@ func (e *env) ProxyAddr() string { return e.Proxy.Addr().String() }
 // config before it starts. Both stop when the test ends.
 func startEnv(t testing.TB, edit func(*config.Config)) *env {
 	t.Helper()
-	rs := localredis.StartT(t, localredis.Options{})
+	rs := redistest.Start(t, localredis.Options{})
 	cfg := testConfig(t, config.ModeStandalone, []string{rs.Addr()}, edit)
 	return &env{Redis: rs, Proxy: startProxy(t, cfg), Cfg: cfg}
 }
@@ -170,7 +171,7 @@ func (e *clusterEnv) ProxyAddr() string { return e.Proxy.Addr().String() }
 // the proxy's config before it starts. Both stop when the test ends.
 func startClusterEnv(t testing.TB, edit func(*config.Config)) *clusterEnv {
 	t.Helper()
-	c := localredis.StartClusterT(t, localredis.ClusterOptions{Masters: 3, Replicas: 1})
+	c := redistest.StartCluster(t, localredis.ClusterOptions{Masters: 3, Replicas: 1})
 	cfg := testConfig(t, config.ModeCluster, c.Seeds(), edit)
 	return &clusterEnv{Cluster: c, Proxy: startProxy(t, cfg), Cfg: cfg}
 }

@@ -33,8 +33,9 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
-	"github.com/hotkeyproxy/hotkeyproxy/localredis"
-	"github.com/hotkeyproxy/hotkeyproxy/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/redistest"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 	"github.com/hotkeyproxy/hotkeyproxy/rewrite"
 )
 
@@ -802,7 +803,7 @@ func TestHotKeyProxyKilled(t *testing.T) {
 	)
 	killAt := []int64{stock / 4, stock * 3 / 5} // units sold when each SIGKILL goes
 	bin := hkBuild(t)
-	rs := localredis.StartT(t, localredis.Options{})
+	rs := redistest.Start(t, localredis.Options{})
 	listen := hkFreeAddr(t)
 	scripts := hkScripts(t)
 	script := hkDeductOne(t, scripts)

@@ -34,7 +34,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
-	"github.com/hotkeyproxy/hotkeyproxy/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/redistest"
 	"github.com/hotkeyproxy/hotkeyproxy/rewrite"
 )
 
@@ -468,7 +469,7 @@ func TestHotKeyModel(t *testing.T) {
 	for _, mode := range hkmModes {
 		t.Run(mode, func(t *testing.T) {
 			e := hkmStart(t, mode, config.KeyRule{Match: "stock:*", Buckets: hkmBucketCount, Route: config.RouteRandom})
-			ref := localredis.StartT(t, localredis.Options{})
+			ref := redistest.Start(t, localredis.Options{})
 			refDirect := redis.NewClient(&redis.Options{Addr: ref.Addr(), Protocol: 2, MaxRetries: -1})
 			t.Cleanup(func() { refDirect.Close() })
 			pc, rc := dialRaw(t, e.addr), dialRaw(t, ref.Addr())

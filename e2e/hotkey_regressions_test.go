@@ -11,14 +11,15 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
-	"github.com/hotkeyproxy/hotkeyproxy/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/redistest"
 	"github.com/hotkeyproxy/hotkeyproxy/rewrite"
 )
 
 // A proxy that cannot read the command table (COMMAND renamed away) must
 // not let a command on a hot key reach Redis as a plain command.
 func TestHotKeyWithoutCommandTable(t *testing.T) {
-	rs := localredis.StartT(t, localredis.Options{Args: []string{"--rename-command", "COMMAND", ""}})
+	rs := redistest.Start(t, localredis.Options{Args: []string{"--rename-command", "COMMAND", ""}})
 	cfg := testConfig(t, config.ModeStandalone, []string{rs.Addr()}, func(cfg *config.Config) {
 		cfg.Hotkeys.Keys = hkRules()
 		cfg.Scripts = hkScripts(t)

@@ -14,7 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/hotkeyproxy/hotkeyproxy/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/redistest"
 	"github.com/hotkeyproxy/hotkeyproxy/rewrite"
 )
 
@@ -28,7 +29,7 @@ import (
 func TestConfigReload(t *testing.T) {
 	const key, clients = "stock:reload", 10
 	bin := hkBuild(t)
-	rs := localredis.StartT(t, localredis.Options{})
+	rs := redistest.Start(t, localredis.Options{})
 	listen := hkFreeAddr(t)
 	cfgPath := filepath.Join(t.TempDir(), "proxy.yaml")
 	write := func(v any) {

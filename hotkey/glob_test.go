@@ -11,7 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hotkeyproxy/hotkeyproxy/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/redistest"
 )
 
 // matchCase is one pattern and key with the answer Redis 7.0 gives.
@@ -214,7 +215,7 @@ func TestMatchAllocs(t *testing.T) {
 // TestMatchKeys compares Match with the KEYS command of a real redis-server
 // over a corpus of tricky keys and patterns.
 func TestMatchKeys(t *testing.T) {
-	srv := localredis.StartT(t, localredis.Options{})
+	srv := redistest.Start(t, localredis.Options{})
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Protocol: 2, MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
 	ctx := context.Background()

@@ -5,8 +5,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/hotkeyproxy/hotkeyproxy/cluster"
-	"github.com/hotkeyproxy/hotkeyproxy/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/hashslot"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
 // mergeKind says how the replies of a command's parts, sent to several
@@ -170,7 +170,7 @@ func parseScanCursor(t *topology, arg []byte) (scanPos, bool) {
 	if c == 0 {
 		return scanPos{topo: t}, true
 	}
-	slot := uint16(c & (cluster.Slots - 1))
+	slot := uint16(c & (hashslot.Count - 1))
 	i := t.masterIndex(t.slots[slot])
 	if i < 0 || t.lowest[i] != slot {
 		return scanPos{}, false

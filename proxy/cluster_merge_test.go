@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hotkeyproxy/hotkeyproxy/cluster"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/hashslot"
 )
 
 func TestMergeReplies(t *testing.T) {
@@ -48,7 +48,7 @@ func threeMasters() *topology {
 		n := &node{addr: string(rune('a' + i))}
 		t.masters = append(t.masters, n)
 		t.lowest = append(t.lowest, uint16(start))
-		for s := start; s < cluster.Slots; s++ {
+		for s := start; s < hashslot.Count; s++ {
 			t.slots[s] = n
 		}
 	}

@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"strings"
 
-	"github.com/hotkeyproxy/hotkeyproxy/cluster"
-	"github.com/hotkeyproxy/hotkeyproxy/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/hashslot"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
 // In cluster mode a client's own connection goes to one node, so it is
@@ -462,7 +462,7 @@ func (s *session) shardChannelsHere(channels [][]byte) bool {
 		return true // the node will say
 	}
 	for _, ch := range channels {
-		slot := cluster.Slot(ch)
+		slot := hashslot.Of(ch)
 		if t.slots[slot] != s.cs.ownNode && !s.followsSlot(slot) {
 			return false
 		}
@@ -473,7 +473,7 @@ func (s *session) shardChannelsHere(channels [][]byte) bool {
 // followsSlot reports whether the client follows a shard channel in slot.
 func (s *session) followsSlot(slot uint16) bool {
 	for ch := range s.cs.subs {
-		if ch[0] == 's' && cluster.Slot([]byte(ch[1:])) == slot {
+		if ch[0] == 's' && hashslot.Of([]byte(ch[1:])) == slot {
 			return true
 		}
 	}

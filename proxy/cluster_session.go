@@ -6,9 +6,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hotkeyproxy/hotkeyproxy/cluster"
-	"github.com/hotkeyproxy/hotkeyproxy/keyspec"
-	"github.com/hotkeyproxy/hotkeyproxy/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/hashslot"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/keyspec"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
 // How hard a command is retried when the cluster redirects it (MOVED,
@@ -172,9 +172,9 @@ func (s *session) clusterSlot(cmd *resp.Command, name string) (t *topology, slot
 	if len(cs.keyIdx) == 0 {
 		return t, -1, true
 	}
-	first := int(cluster.Slot(cmd.Args[cs.keyIdx[0]]))
+	first := int(hashslot.Of(cmd.Args[cs.keyIdx[0]]))
 	for _, i := range cs.keyIdx[1:] {
-		if int(cluster.Slot(cmd.Args[i])) != first {
+		if int(hashslot.Of(cmd.Args[i])) != first {
 			if splits[name] {
 				return t, -1, true
 			}
@@ -219,7 +219,7 @@ func (s *session) clusterSplit(t *topology, cmd *resp.Command, name string) {
 	group := make(map[int]int)
 	order := make([]int, 0, len(s.cs.keyIdx))
 	for _, i := range s.cs.keyIdx {
-		slot := int(cluster.Slot(cmd.Args[i]))
+		slot := int(hashslot.Of(cmd.Args[i]))
 		if t.slots[slot] == nil {
 			s.srv.cluster.refresh()
 			s.replyError(msgSlotNotServed)

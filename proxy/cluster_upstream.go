@@ -12,10 +12,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hotkeyproxy/hotkeyproxy/cluster"
 	"github.com/hotkeyproxy/hotkeyproxy/config"
-	"github.com/hotkeyproxy/hotkeyproxy/keyspec"
-	"github.com/hotkeyproxy/hotkeyproxy/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/hashslot"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/keyspec"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
 // How the slot map is kept fresh: on a timer, and at once (but not more
@@ -34,9 +34,9 @@ type node struct {
 // topology is one loaded view of the cluster. It is never changed once
 // published; a refresh publishes a new one.
 type topology struct {
-	slots   [cluster.Slots]*node // the master serving each slot; nil if none
-	masters []*node              // each master once, by the lowest slot it serves
-	lowest  []uint16             // lowest[i] is the lowest slot of masters[i]
+	slots   [hashslot.Count]*node // the master serving each slot; nil if none
+	masters []*node               // each master once, by the lowest slot it serves
+	lowest  []uint16              // lowest[i] is the lowest slot of masters[i]
 }
 
 // masterIndex is i where masters[i] == n, or -1.
@@ -233,7 +233,7 @@ func (c *clusterUpstream) parseSlots(reply []byte, host string) (*topology, erro
 		start, ok1 := resp.IntValue(fields[0])
 		end, ok2 := resp.IntValue(fields[1])
 		master, ok = resp.ArrayElems(fields[2], master[:0])
-		if !ok1 || !ok2 || !ok || len(master) < 2 || start < 0 || end >= cluster.Slots || start > end {
+		if !ok1 || !ok2 || !ok || len(master) < 2 || start < 0 || end >= hashslot.Count || start > end {
 			return nil, fmt.Errorf("CLUSTER SLOTS: bad entry %q", r)
 		}
 		ip, _ := resp.BulkValue(master[0])
@@ -261,9 +261,9 @@ func (c *clusterUpstream) parseSlots(reply []byte, host string) (*topology, erro
 // describe lists the masters with their slot ranges, for the log.
 func (t *topology) describe() string {
 	var b strings.Builder
-	for s := 0; s < cluster.Slots; {
+	for s := 0; s < hashslot.Count; {
 		n, e := t.slots[s], s
-		for e+1 < cluster.Slots && t.slots[e+1] == n {
+		for e+1 < hashslot.Count && t.slots[e+1] == n {
 			e++
 		}
 		if n != nil {

@@ -8,8 +8,8 @@ import (
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
 	"github.com/hotkeyproxy/hotkeyproxy/hotkey"
-	"github.com/hotkeyproxy/hotkeyproxy/keyspec"
-	"github.com/hotkeyproxy/hotkeyproxy/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/keyspec"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
 // detection is the detector with what the proxy does with its findings:

@@ -5,10 +5,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hotkeyproxy/hotkeyproxy/cluster"
 	"github.com/hotkeyproxy/hotkeyproxy/config"
-	"github.com/hotkeyproxy/hotkeyproxy/keyspec"
-	"github.com/hotkeyproxy/hotkeyproxy/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/hashslot"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/keyspec"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 	"github.com/hotkeyproxy/hotkeyproxy/rewrite"
 )
 
@@ -30,7 +30,7 @@ func (u hotUpstream) Do(reqs []rewrite.Request) [][]byte {
 		}
 		r := roundTripper{c: c}
 		for _, q := range reqs {
-			slot := int(cluster.Slot(q.Key))
+			slot := int(hashslot.Of(q.Key))
 			n := t.slots[slot]
 			if n == nil {
 				n = t.masters[0] // it answers CLUSTERDOWN, which is retried

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hotkeyproxy/hotkeyproxy/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
 // started is when the process started serving, for proxy_uptime_in_seconds.

@@ -5,7 +5,7 @@ import (
 	"net"
 	"time"
 
-	"github.com/hotkeyproxy/hotkeyproxy/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 	"github.com/hotkeyproxy/hotkeyproxy/rewrite"
 )
 

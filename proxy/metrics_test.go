@@ -18,8 +18,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
-	"github.com/hotkeyproxy/hotkeyproxy/localredis"
-	"github.com/hotkeyproxy/hotkeyproxy/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/redistest"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
 // syncBuffer is a log destination the test reads while the proxy writes.
@@ -52,7 +53,7 @@ type metricsEnv struct {
 
 func startMetricsEnv(t *testing.T, edit func(*config.Config)) *metricsEnv {
 	t.Helper()
-	rs := localredis.StartT(t, localredis.Options{})
+	rs := redistest.Start(t, localredis.Options{})
 	cfg := config.Default()
 	cfg.Upstream.Addrs = []string{rs.Addr()}
 	cfg.Listen = "127.0.0.1:0"

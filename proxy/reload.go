@@ -9,7 +9,7 @@ import (
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
 	"github.com/hotkeyproxy/hotkeyproxy/hotkey"
-	"github.com/hotkeyproxy/hotkeyproxy/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
 // errNoReloader is PROXY CONFIG RELOAD's answer when the proxy was not

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
-	"github.com/hotkeyproxy/hotkeyproxy/keyspec"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/keyspec"
 	"github.com/hotkeyproxy/hotkeyproxy/rewrite"
 )
 

@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hotkeyproxy/hotkeyproxy/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
 // ErrUpstreamClosed fails requests queued on an upstream connection that has

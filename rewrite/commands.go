@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
-	"github.com/hotkeyproxy/hotkeyproxy/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
 // Error replies with Redis 7.0's texts.

@@ -6,8 +6,8 @@ import (
 	"math/rand/v2"
 	"strconv"
 
-	"github.com/hotkeyproxy/hotkeyproxy/cluster"
 	"github.com/hotkeyproxy/hotkeyproxy/config"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/hashslot"
 )
 
 // MarkerPrefix starts the value a hot key's own key holds in place of its
@@ -155,7 +155,7 @@ func ParseMarker(key string, v []byte) (*Layout, error) {
 // ⌈n/masters⌉ buckets. No two buckets share a slot when there are slots
 // enough, so migrating one slot moves one bucket.
 func Place(key string, n, masters int, owner func(slot uint16) int) *Layout {
-	keySlot := cluster.Slot([]byte(key))
+	keySlot := hashslot.Of([]byte(key))
 	first := owner(keySlot)
 	l := &Layout{Key: key, Gen: strconv.FormatUint(uint64(rand.Uint32()), 16), Tags: make([]string, n)}
 	used := make(map[uint16]bool, n)
@@ -164,7 +164,7 @@ func Place(key string, n, masters int, owner func(slot uint16) int) *Layout {
 			tag := strconv.Itoa(t)
 			// Past a million tags, a master with fewer free slots than
 			// buckets (or none) takes a shared or any slot.
-			s := cluster.Slot([]byte(tag))
+			s := hashslot.Of([]byte(tag))
 			if t > 1<<21 || ok(s) && (!used[s] || t > 1<<20) {
 				used[s] = true
 				return tag

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hotkeyproxy/hotkeyproxy/cluster"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/hashslot"
 )
 
 // threeMasters serves slots 0-5460, 5461-10922, 10923-16383, as
@@ -33,15 +33,15 @@ func TestPlaceSpreadsOverMasters(t *testing.T) {
 				if !strings.Contains(string(b), key) {
 					t.Errorf("bucket %q does not contain the key %q", b, key)
 				}
-				s := cluster.Slot(b)
+				s := hashslot.Of(b)
 				per[threeMasters(s)]++
 				if slots[s] {
 					t.Errorf("%s/%d: two buckets in slot %d", key, n, s)
 				}
 				slots[s] = true
 			}
-			if s0 := cluster.Slot(l.Bucket(0)); s0 != cluster.Slot([]byte(key)) {
-				t.Errorf("%s: bucket 0 in slot %d, the key in %d", key, s0, cluster.Slot([]byte(key)))
+			if s0 := hashslot.Of(l.Bucket(0)); s0 != hashslot.Of([]byte(key)) {
+				t.Errorf("%s: bucket 0 in slot %d, the key in %d", key, s0, hashslot.Of([]byte(key)))
 			}
 			for m, c := range per {
 				if c != n/3 && c != (n+2)/3 {

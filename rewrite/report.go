@@ -5,8 +5,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/hotkeyproxy/hotkeyproxy/cluster"
-	"github.com/hotkeyproxy/hotkeyproxy/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/hashslot"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
 // Report is the reply to PROXY HOTKEYS: for each hot key this proxy has
@@ -75,7 +75,7 @@ func (e *Engine) Report() []byte {
 		out = resp.AppendBulk(out, []byte("nodes"))
 		out = resp.AppendArrayHeader(out, n)
 		for i := 0; i < n; i++ {
-			out = resp.AppendBulk(out, []byte(e.up.Node(cluster.Slot(l.Bucket(i)))))
+			out = resp.AppendBulk(out, []byte(e.up.Node(hashslot.Of(l.Bucket(i)))))
 		}
 		out = resp.AppendBulk(out, []byte("values"))
 		out = resp.AppendArrayHeader(out, len(values))

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/hotkeyproxy/hotkeyproxy/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
 // LayoutChannel is the pub/sub channel on which a proxy announces the keys

@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotkeyproxy/hotkeyproxy/localredis"
-	"github.com/hotkeyproxy/hotkeyproxy/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/redistest"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
 // conn is a raw client of a real redis-server.
@@ -24,7 +25,7 @@ type conn struct {
 // startServer starts a redis-server for tb and connects to it.
 func startServer(tb testing.TB) *conn {
 	tb.Helper()
-	srv := localredis.StartT(tb, localredis.Options{})
+	srv := redistest.Start(tb, localredis.Options{})
 	nc, err := net.DialTimeout("tcp", srv.Addr(), 5*time.Second)
 	if err != nil {
 		tb.Fatal(err)

@@ -11,13 +11,14 @@ import (
 	"time"
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
-	"github.com/hotkeyproxy/hotkeyproxy/localredis"
-	"github.com/hotkeyproxy/hotkeyproxy/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/redistest"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 	"github.com/redis/go-redis/v9"
 )
 
 func TestRealRedisSellOut(t *testing.T) {
-	rs := localredis.StartT(t, localredis.Options{})
+	rs := redistest.Start(t, localredis.Options{})
 	tests := []struct {
 		name      string
 		mode      Mode
@@ -89,7 +90,7 @@ func checkClean(t *testing.T, res Result) {
 }
 
 func TestRealRedisNoSetupKeepsValue(t *testing.T) {
-	rs := localredis.StartT(t, localredis.Options{})
+	rs := redistest.Start(t, localredis.Options{})
 	// Stock says 10 but the key holds 7: three units can never be sold.
 	if _, err := Run(t.Context(), Options{Addr: rs.Addr(), Key: "k", Stock: 7, Clients: 1, Requests: 1}); err != nil {
 		t.Fatal(err)
@@ -104,7 +105,7 @@ func TestRealRedisNoSetupKeepsValue(t *testing.T) {
 }
 
 func TestRealRedisStops(t *testing.T) {
-	rs := localredis.StartT(t, localredis.Options{})
+	rs := redistest.Start(t, localredis.Options{})
 	big := int64(1) << 40
 	t.Run("requests", func(t *testing.T) {
 		res, err := Run(t.Context(), Options{Addr: rs.Addr(), Key: "k", Stock: big, Clients: 8, Requests: 1000})
@@ -142,7 +143,7 @@ func TestRealRedisStops(t *testing.T) {
 }
 
 func TestSetupErrors(t *testing.T) {
-	rs := localredis.StartT(t, localredis.Options{Password: "secret"})
+	rs := redistest.Start(t, localredis.Options{Password: "secret"})
 	dead := freeAddr(t)
 	tests := []struct {
 		name string
@@ -180,7 +181,7 @@ func TestSetupErrors(t *testing.T) {
 }
 
 func TestScriptsMatchProxyYAML(t *testing.T) {
-	cfg, err := config.Load("../proxy.yaml")
+	cfg, err := config.Load("../../proxy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

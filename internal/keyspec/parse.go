@@ -6,7 +6,7 @@ import (
 	"math"
 	"strings"
 
-	"github.com/hotkeyproxy/hotkeyproxy/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
 // Parse builds a Table from the reply to COMMAND: the RESP2 bytes as

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -6,8 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hotkeyproxy/hotkeyproxy/localredis"
-	"github.com/hotkeyproxy/hotkeyproxy/seckill"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/redistest"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/seckill"
 )
 
 func TestBenchSeckillFlags(t *testing.T) {
@@ -26,7 +27,7 @@ func TestBenchSeckillFlags(t *testing.T) {
 }
 
 func TestBenchSeckillRun(t *testing.T) {
-	rs := localredis.StartT(t, localredis.Options{})
+	rs := redistest.Start(t, localredis.Options{})
 	for _, mode := range []string{"script", "decr"} {
 		t.Run(mode, func(t *testing.T) {
 			var out, errOut bytes.Buffer

@@ -1,9 +1,11 @@
-package localredis
+package localredis_test
 
 import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/redistest"
 	"net"
 	"os"
 	"strconv"
@@ -28,20 +30,20 @@ var modes = []struct {
 // it, so a missing binary is a broken setup, not a reason to skip.
 func requireRedisServer(t *testing.T) {
 	t.Helper()
-	if !Available() {
+	if !localredis.Available() {
 		t.Fatal("redis-server not on PATH")
 	}
 }
 
 // startMode starts a server of the given kind with opts and stops it at the
 // end of the test.
-func startMode(t *testing.T, embedded bool, opts Options) *Server {
+func startMode(t *testing.T, embedded bool, opts localredis.Options) *localredis.Server {
 	t.Helper()
 	if !embedded {
 		requireRedisServer(t)
 	}
 	opts.Embedded = embedded
-	return StartT(t, opts)
+	return redistest.Start(t, opts)
 }
 
 // newClient returns a go-redis client for addr that neither retries nor
@@ -71,7 +73,7 @@ func rawPing(addr string) (string, error) {
 	}
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(time.Second))
-	if _, err := conn.Write(appendCommand(nil, "PING")); err != nil {
+	if _, err := conn.Write(localredis.AppendCommand(nil, "PING")); err != nil {
 		return "", err
 	}
 	buf := make([]byte, 64)
@@ -91,7 +93,7 @@ func TestStartPingSetGet(t *testing.T) {
 				name += "/password"
 			}
 			t.Run(name, func(t *testing.T) {
-				s := startMode(t, m.embedded, Options{Password: pw})
+				s := startMode(t, m.embedded, localredis.Options{Password: pw})
 				if !strings.HasPrefix(s.Addr(), "127.0.0.1:") {
 					t.Errorf("Addr() = %q, want 127.0.0.1:port", s.Addr())
 				}
@@ -119,7 +121,7 @@ func TestStartPingSetGet(t *testing.T) {
 func TestPasswordRequired(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
-			s := startMode(t, m.embedded, Options{Password: "pw"})
+			s := startMode(t, m.embedded, localredis.Options{Password: "pw"})
 			c := newClient(t, s.Addr(), "", 0)
 			err := c.Get(context.Background(), "k").Err()
 			if err == nil || !strings.HasPrefix(err.Error(), "NOAUTH") {
@@ -133,7 +135,7 @@ func TestKillRestart(t *testing.T) {
 	ctx := context.Background()
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
-			s := startMode(t, m.embedded, Options{})
+			s := startMode(t, m.embedded, localredis.Options{})
 			addr, pid := s.Addr(), s.Pid()
 			c := newClient(t, addr, "", 0)
 			if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
@@ -150,7 +152,7 @@ func TestKillRestart(t *testing.T) {
 				t.Errorf("Pid() after Kill = %d, want 0", s.Pid())
 			}
 			if !m.embedded {
-				if _, err := os.Stat(s.dir); err != nil {
+				if _, err := os.Stat(s.Dir()); err != nil {
 					t.Errorf("dir after Kill: %v", err)
 				}
 			}
@@ -180,7 +182,7 @@ func TestKillRestart(t *testing.T) {
 func TestRestartRunning(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
-			s := startMode(t, m.embedded, Options{})
+			s := startMode(t, m.embedded, localredis.Options{})
 			if err := s.Restart(); err != nil {
 				t.Fatalf("Restart: %v", err)
 			}
@@ -194,8 +196,8 @@ func TestRestartRunning(t *testing.T) {
 func TestStop(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
-			s := startMode(t, m.embedded, Options{})
-			addr, pid, dir := s.Addr(), s.Pid(), s.dir
+			s := startMode(t, m.embedded, localredis.Options{})
+			addr, pid, dir := s.Addr(), s.Pid(), s.Dir()
 			for i := range 2 {
 				if err := s.Stop(); err != nil {
 					t.Fatalf("Stop #%d: %v", i+1, err)
@@ -227,8 +229,8 @@ func TestStop(t *testing.T) {
 func TestDistinctPorts(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
-			a := startMode(t, m.embedded, Options{})
-			b := startMode(t, m.embedded, Options{})
+			a := startMode(t, m.embedded, localredis.Options{})
+			b := startMode(t, m.embedded, localredis.Options{})
 			if a.Addr() == b.Addr() {
 				t.Fatalf("both servers on %s", a.Addr())
 			}
@@ -241,7 +243,7 @@ func TestOptions(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("args", func(t *testing.T) {
-		s := StartT(t, Options{Args: []string{"--databases", "4"}})
+		s := redistest.Start(t, localredis.Options{Args: []string{"--databases", "4"}})
 		if err := newClient(t, s.Addr(), "", 3).Ping(ctx).Err(); err != nil {
 			t.Errorf("DB 3: %v", err)
 		}
@@ -253,7 +255,7 @@ func TestOptions(t *testing.T) {
 	t.Run("dir and stdout", func(t *testing.T) {
 		dir := t.TempDir()
 		var out bytes.Buffer
-		s, err := Start(Options{Dir: dir, Stdout: &out})
+		s, err := localredis.Start(localredis.Options{Dir: dir, Stdout: &out})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -264,23 +266,23 @@ func TestOptions(t *testing.T) {
 		if !strings.Contains(out.String(), "Ready to accept connections") {
 			t.Errorf("Stdout lacks the ready line:\n%s", out.String())
 		}
-		log, err := os.ReadFile(dir + "/" + logName)
+		log, err := os.ReadFile(dir + "/" + localredis.LogName)
 		if err != nil {
 			t.Fatalf("given dir was removed or has no log: %v", err)
 		}
 		if !bytes.Contains(log, []byte("Ready to accept connections")) {
-			t.Errorf("%s lacks the ready line:\n%s", logName, log)
+			t.Errorf("%s lacks the ready line:\n%s", localredis.LogName, log)
 		}
 	})
 
 	t.Run("fixed port", func(t *testing.T) {
-		s := StartT(t, Options{Embedded: true})
+		s := redistest.Start(t, localredis.Options{Embedded: true})
 		_, port, _ := net.SplitHostPort(s.Addr())
 		if err := s.Stop(); err != nil {
 			t.Fatal(err)
 		}
 		want := s.Addr()
-		r := StartT(t, Options{Port: atoi(t, port)})
+		r := redistest.Start(t, localredis.Options{Port: atoi(t, port)})
 		if r.Addr() != want {
 			t.Errorf("Addr() = %q, want %q", r.Addr(), want)
 		}
@@ -289,27 +291,27 @@ func TestOptions(t *testing.T) {
 
 func TestStartErrors(t *testing.T) {
 	requireRedisServer(t)
-	busy := StartT(t, Options{})
+	busy := redistest.Start(t, localredis.Options{})
 	_, busyPort, _ := net.SplitHostPort(busy.Addr())
 
 	tests := []struct {
 		name    string
-		opts    Options
+		opts    localredis.Options
 		wantErr string
 	}{
-		{"missing binary", Options{Binary: "no-such-redis-server"}, "no-such-redis-server"},
-		{"bad port", Options{Port: -1}, "invalid port"},
-		// The port answers PING, but from the other server: Start must
+		{"missing binary", localredis.Options{Binary: "no-such-redis-server"}, "no-such-redis-server"},
+		{"bad port", localredis.Options{Port: -1}, "invalid port"},
+		// The port answers PING, but from the other server: localredis.Start must
 		// notice by pid and report the log, not return busy's address.
-		{"port in use", Options{Port: atoi(t, busyPort)}, msgAddrInUse},
-		{"bad arg", Options{Args: []string{"--no-such-option", "1"}}, "no-such-option"},
+		{"port in use", localredis.Options{Port: atoi(t, busyPort)}, localredis.MsgAddrInUse},
+		{"bad arg", localredis.Options{Args: []string{"--no-such-option", "1"}}, "no-such-option"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := Start(tt.opts)
+			s, err := localredis.Start(tt.opts)
 			if err == nil {
 				s.Stop()
-				t.Fatalf("Start succeeded, want error containing %q", tt.wantErr)
+				t.Fatalf("localredis.Start succeeded, want error containing %q", tt.wantErr)
 			}
 			t.Logf("error: %v", err)
 			if !strings.Contains(err.Error(), tt.wantErr) {

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/hotkeyproxy/hotkeyproxy/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
 // commandSeeds are valid and malformed requests for FuzzCommandReader.

@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotkeyproxy/hotkeyproxy/localredis"
-	"github.com/hotkeyproxy/hotkeyproxy/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/redistest"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
 type splitArgsCase struct {
@@ -89,7 +90,7 @@ func TestSplitArgs(t *testing.T) {
 // TestSplitArgsMatchesRedis sends "RPUSH l <line>" inline to a real
 // redis-server and reads the list back: Redis's split must be SplitArgs's.
 func TestSplitArgsMatchesRedis(t *testing.T) {
-	srv := localredis.StartT(t, localredis.Options{})
+	srv := redistest.Start(t, localredis.Options{})
 	ran := 0
 	for i, tc := range splitArgsCases {
 		// An inline line ends at \n and at NUL, loses a trailing \r, and

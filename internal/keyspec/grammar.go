@@ -1,6 +1,6 @@
 package keyspec
 
-import "github.com/hotkeyproxy/hotkeyproxy/resp"
+import "github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 
 // grammar appends the key indexes of a command whose keys move with its
 // options. It gets args that passed the arity check, but must not trust the

@@ -9,4 +9,4 @@
 // tests compare every result with CLUSTER KEYSLOT of a real redis-server.
 //
 // Slot and HashTag do not allocate.
-package cluster
+package hashslot

@@ -1,7 +1,6 @@
-package main
+package cli
 
 import (
-	_ "embed"
 	"flag"
 	"fmt"
 	"io"
@@ -11,14 +10,14 @@ import (
 	"time"
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
-	"github.com/hotkeyproxy/hotkeyproxy/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/localredis"
 	"github.com/hotkeyproxy/hotkeyproxy/proxy"
 )
 
 // runDemo starts a Redis of its own — a Redis Cluster of three masters
 // when redis-server is on PATH, otherwise an embedded miniredis — serves
 // the proxy in front of it, and stops both on Ctrl-C.
-func runDemo(args []string, stdout, stderr io.Writer) int {
+func runDemo(args []string, shippedConfig []byte, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("hotkeyproxy demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:6380", "client-facing address")
@@ -96,12 +95,6 @@ Ctrl-C stops the proxy and the Redis it started.
 	}
 	return 0
 }
-
-// shippedConfig is proxy.yaml as shipped: the demo takes its deduct
-// scripts, so that the commands it prints are the documented ones.
-//
-//go:embed proxy.yaml
-var shippedConfig []byte
 
 // The demo's hot key and its stock.
 const (

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/hotkeyproxy/hotkeyproxy/seckill"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/seckill"
 )
 
 // runBench runs a load generator named by args[0]; seckill is the only one.

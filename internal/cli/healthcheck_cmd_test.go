@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -18,7 +18,8 @@ import (
 	"time"
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
-	"github.com/hotkeyproxy/hotkeyproxy/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/redistest"
 	"github.com/hotkeyproxy/hotkeyproxy/proxy"
 )
 
@@ -71,7 +72,7 @@ func TestHealthcheck(t *testing.T) {
 // TestHealthcheckProxy runs the subcommand against a real proxy whose
 // Redis goes away and comes back.
 func TestHealthcheckProxy(t *testing.T) {
-	rs := localredis.StartT(t, localredis.Options{})
+	rs := redistest.Start(t, localredis.Options{})
 	cfg := config.Default()
 	cfg.Upstream.Addrs = []string{rs.Addr()}
 	srv, err := proxy.New(cfg, slog.New(slog.DiscardHandler))
@@ -153,7 +154,7 @@ func ptr(s string) *string { return &s }
 // taken, it serves clients anyway and says why there are no metrics.
 func TestBinaryMetrics(t *testing.T) {
 	bin := buildBinary(t)
-	rs := localredis.StartT(t, localredis.Options{})
+	rs := redistest.Start(t, localredis.Options{})
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

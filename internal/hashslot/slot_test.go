@@ -1,4 +1,4 @@
-package cluster
+package hashslot
 
 import (
 	"bufio"
@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotkeyproxy/hotkeyproxy/localredis"
-	"github.com/hotkeyproxy/hotkeyproxy/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/redistest"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
 // TestCRC16KnownValue checks the check value the Redis Cluster spec gives
@@ -19,8 +20,8 @@ func TestCRC16KnownValue(t *testing.T) {
 	if got := crc16([]byte("123456789")); got != 0x31C3 {
 		t.Fatalf("crc16(123456789) = %#04x, want 0x31c3", got)
 	}
-	if got := Slot([]byte("123456789")); got != 0x31C3%Slots {
-		t.Fatalf("Slot(123456789) = %d, want %d", got, 0x31C3%Slots)
+	if got := Of([]byte("123456789")); got != 0x31C3%Count {
+		t.Fatalf("Of(123456789) = %d, want %d", got, 0x31C3%Count)
 	}
 }
 
@@ -56,8 +57,8 @@ var trickyKeys = []struct {
 func TestHashTag(t *testing.T) {
 	for _, tc := range trickyKeys {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := HashTag([]byte(tc.key)); string(got) != tc.tag {
-				t.Errorf("HashTag(%.40q) = %.40q, want %.40q", tc.key, got, tc.tag)
+			if got := Tag([]byte(tc.key)); string(got) != tc.tag {
+				t.Errorf("Tag(%.40q) = %.40q, want %.40q", tc.key, got, tc.tag)
 			}
 		})
 	}
@@ -72,8 +73,8 @@ func TestSlotTrickyKeys(t *testing.T) {
 	want := serverSlots(t, keys)
 	for i, tc := range trickyKeys {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := Slot(keys[i]); got != want[i] {
-				t.Errorf("Slot(%.40q) = %d, CLUSTER KEYSLOT says %d", tc.key, got, want[i])
+			if got := Of(keys[i]); got != want[i] {
+				t.Errorf("Of(%.40q) = %d, CLUSTER KEYSLOT says %d", tc.key, got, want[i])
 			}
 		})
 	}
@@ -100,15 +101,15 @@ func TestSlotRandomKeys(t *testing.T) {
 	}
 	want := serverSlots(t, keys)
 	for i, key := range keys {
-		if got := Slot(key); got != want[i] {
-			t.Errorf("Slot(%q) = %d, CLUSTER KEYSLOT says %d", key, got, want[i])
+		if got := Of(key); got != want[i] {
+			t.Errorf("Of(%q) = %d, CLUSTER KEYSLOT says %d", key, got, want[i])
 		}
 	}
 }
 
 func TestSlotAllocs(t *testing.T) {
 	key := []byte("{user1000}.following")
-	if n := testing.AllocsPerRun(100, func() { Slot(key) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { Of(key) }); n != 0 {
 		t.Fatalf("Slot allocates %v times, want 0", n)
 	}
 }
@@ -117,7 +118,7 @@ func TestSlotAllocs(t *testing.T) {
 // in one pipeline.
 func serverSlots(t *testing.T, keys [][]byte) []uint16 {
 	t.Helper()
-	srv := localredis.StartT(t, localredis.Options{Args: []string{"--cluster-enabled", "yes"}})
+	srv := redistest.Start(t, localredis.Options{Args: []string{"--cluster-enabled", "yes"}})
 	nc, err := net.DialTimeout("tcp", srv.Addr(), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -146,7 +147,7 @@ func serverSlots(t *testing.T, keys [][]byte) []uint16 {
 		if len(reply) > 3 && reply[0] == ':' {
 			n, ok = resp.ParseInt(reply[1 : len(reply)-2])
 		}
-		if !ok || n < 0 || n >= Slots {
+		if !ok || n < 0 || n >= Count {
 			t.Fatalf("CLUSTER KEYSLOT %.40q: reply %q", keys[i], reply)
 		}
 		slots[i] = uint16(n)
@@ -168,7 +169,7 @@ func BenchmarkSlot(b *testing.B) {
 			b.SetBytes(int64(len(k)))
 			b.ReportAllocs()
 			for b.Loop() {
-				Slot(k)
+				Of(k)
 			}
 		})
 	}

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hotkeyproxy/hotkeyproxy/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
 // bufSizes are the bufio sizes replies are read with: the smallest bufio

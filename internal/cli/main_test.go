@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bufio"
@@ -13,7 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotkeyproxy/hotkeyproxy/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/redistest"
 )
 
 func TestCheckConfig(t *testing.T) {
@@ -82,7 +83,7 @@ func ping(t *testing.T, addr string) {
 // serves, and SIGTERM stops it cleanly with exit status 0.
 func TestBinarySignals(t *testing.T) {
 	bin := buildBinary(t)
-	rs := localredis.StartT(t, localredis.Options{})
+	rs := redistest.Start(t, localredis.Options{})
 	listen := freeAddr(t)
 	cmd := exec.Command(bin, "--config", "proxy.yaml", "--listen", listen, "--upstream", rs.Addr())
 	var stderr bytes.Buffer

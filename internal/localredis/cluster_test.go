@@ -1,9 +1,11 @@
-package localredis
+package localredis_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/redistest"
 	"os"
 	"slices"
 	"strings"
@@ -15,17 +17,17 @@ import (
 )
 
 // startCluster starts a cluster for the test and logs how long it took.
-func startCluster(t *testing.T, opts ClusterOptions) *Cluster {
+func startCluster(t *testing.T, opts localredis.ClusterOptions) *localredis.Cluster {
 	t.Helper()
 	requireRedisServer(t)
 	start := time.Now()
-	c := StartClusterT(t, opts)
+	c := redistest.StartCluster(t, opts)
 	t.Logf("%d nodes ready in %v", len(c.Nodes()), time.Since(start).Round(time.Millisecond))
 	return c
 }
 
 // newClusterClient returns a go-redis cluster client seeded with c's seeds.
-func newClusterClient(t *testing.T, c *Cluster, password string) *redis.ClusterClient {
+func newClusterClient(t *testing.T, c *localredis.Cluster, password string) *redis.ClusterClient {
 	t.Helper()
 	cc := redis.NewClusterClient(&redis.ClusterOptions{
 		Addrs:           c.Seeds(),
@@ -41,10 +43,10 @@ func newClusterClient(t *testing.T, c *Cluster, password string) *redis.ClusterC
 
 // keyOn returns a key whose slot is served by the i-th seed, found by asking
 // node for CLUSTER KEYSLOT of candidate keys.
-func keyOn(t *testing.T, c *Cluster, node *redis.Client, i int) string {
+func keyOn(t *testing.T, c *localredis.Cluster, node *redis.Client, i int) string {
 	t.Helper()
-	m := c.opts.Masters
-	lo, hi := int64(i*clusterSlots/m), int64((i+1)*clusterSlots/m-1)
+	m := c.Opts().Masters
+	lo, hi := int64(i*localredis.ClusterSlots/m), int64((i+1)*localredis.ClusterSlots/m-1)
 	for n := range 1000 {
 		key := fmt.Sprintf("key-%d", n)
 		slot, err := node.ClusterKeySlot(context.Background(), key).Result()
@@ -60,7 +62,7 @@ func keyOn(t *testing.T, c *Cluster, node *redis.Client, i int) string {
 }
 
 // addrs returns the addresses of servers.
-func addrs(servers []*Server) []string {
+func addrs(servers []*localredis.Server) []string {
 	var a []string
 	for _, s := range servers {
 		a = append(a, s.Addr())
@@ -69,7 +71,7 @@ func addrs(servers []*Server) []string {
 }
 
 // mustMasters returns c.Masters() or fails the test.
-func mustMasters(t *testing.T, c *Cluster) []*Server {
+func mustMasters(t *testing.T, c *localredis.Cluster) []*localredis.Server {
 	t.Helper()
 	masters, err := c.Masters()
 	if err != nil {
@@ -79,7 +81,7 @@ func mustMasters(t *testing.T, c *Cluster) []*Server {
 }
 
 // mustReplicaOf returns c.ReplicaOf(m) or fails the test.
-func mustReplicaOf(t *testing.T, c *Cluster, m *Server) *Server {
+func mustReplicaOf(t *testing.T, c *localredis.Cluster, m *localredis.Server) *localredis.Server {
 	t.Helper()
 	r, err := c.ReplicaOf(m)
 	if err != nil {
@@ -90,7 +92,7 @@ func mustReplicaOf(t *testing.T, c *Cluster, m *Server) *Server {
 
 func TestClusterStart(t *testing.T) {
 	ctx := context.Background()
-	c := startCluster(t, ClusterOptions{Replicas: 1})
+	c := startCluster(t, localredis.ClusterOptions{Replicas: 1})
 	nodes := c.Nodes()
 	if len(nodes) != 6 {
 		t.Fatalf("%d nodes, want 6", len(nodes))
@@ -107,7 +109,7 @@ func TestClusterStart(t *testing.T) {
 			"cluster_known_nodes":    "6",
 			"cluster_size":           "3",
 		} {
-			if got := infoField(info, field); got != want {
+			if got := localredis.InfoField(info, field); got != want {
 				t.Errorf("node %s: %s = %q, want %q", s.Addr(), field, got, want)
 			}
 		}
@@ -127,7 +129,7 @@ func TestClusterStart(t *testing.T) {
 		if slices.Contains(masters, r) {
 			t.Errorf("ReplicaOf(%s) = %s, a master", m.Addr(), r.Addr())
 		}
-		for _, s := range []*Server{m, r} {
+		for _, s := range []*localredis.Server{m, r} {
 			id, err := c.NodeID(s)
 			if err != nil || len(id) != 40 || ids[id] {
 				t.Errorf("NodeID(%s) = %q, %v; want a new 40-character id", s.Addr(), id, err)
@@ -163,7 +165,7 @@ func TestClusterStart(t *testing.T) {
 func TestClusterFailover(t *testing.T) {
 	ctx := context.Background()
 	const pw = "cluster secret"
-	c := startCluster(t, ClusterOptions{Replicas: 1, Password: pw})
+	c := startCluster(t, localredis.ClusterOptions{Replicas: 1, Password: pw})
 	m := c.Nodes()[0]
 	r := mustReplicaOf(t, c, m)
 	cc := newClusterClient(t, c, pw)
@@ -203,7 +205,7 @@ func TestClusterFailover(t *testing.T) {
 
 func TestClusterKillMaster(t *testing.T) {
 	ctx := context.Background()
-	c := startCluster(t, ClusterOptions{Replicas: 1})
+	c := startCluster(t, localredis.ClusterOptions{Replicas: 1})
 	m := c.Nodes()[1]
 	r := mustReplicaOf(t, c, m)
 	id, err := c.NodeID(m)
@@ -262,7 +264,7 @@ func TestClusterKillMaster(t *testing.T) {
 
 func TestClusterStop(t *testing.T) {
 	requireRedisServer(t)
-	c, err := StartCluster(ClusterOptions{Masters: 1, Replicas: 1})
+	c, err := localredis.StartCluster(localredis.ClusterOptions{Masters: 1, Replicas: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +272,7 @@ func TestClusterStop(t *testing.T) {
 	var dirs []string
 	for _, s := range c.Nodes() {
 		pids = append(pids, s.Pid())
-		dirs = append(dirs, s.dir)
+		dirs = append(dirs, s.Dir())
 	}
 	for i := range 2 {
 		if err := c.Stop(); err != nil {
@@ -293,22 +295,22 @@ func TestClusterStop(t *testing.T) {
 func TestStartClusterErrors(t *testing.T) {
 	tests := []struct {
 		name    string
-		opts    ClusterOptions
+		opts    localredis.ClusterOptions
 		wantErr string
 	}{
-		{"negative masters", ClusterOptions{Masters: -1}, "Masters"},
-		{"too many masters", ClusterOptions{Masters: clusterSlots + 1}, "Masters"},
-		{"negative replicas", ClusterOptions{Replicas: -1}, "Replicas"},
-		{"negative node timeout", ClusterOptions{NodeTimeout: -time.Second}, "NodeTimeout"},
-		{"sub-millisecond node timeout", ClusterOptions{NodeTimeout: time.Microsecond}, "NodeTimeout"},
-		{"bad arg", ClusterOptions{Masters: 1, Args: []string{"--no-such-option", "1"}}, "no-such-option"},
+		{"negative masters", localredis.ClusterOptions{Masters: -1}, "Masters"},
+		{"too many masters", localredis.ClusterOptions{Masters: localredis.ClusterSlots + 1}, "Masters"},
+		{"negative replicas", localredis.ClusterOptions{Replicas: -1}, "Replicas"},
+		{"negative node timeout", localredis.ClusterOptions{NodeTimeout: -time.Second}, "NodeTimeout"},
+		{"sub-millisecond node timeout", localredis.ClusterOptions{NodeTimeout: time.Microsecond}, "NodeTimeout"},
+		{"bad arg", localredis.ClusterOptions{Masters: 1, Args: []string{"--no-such-option", "1"}}, "no-such-option"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := StartCluster(tt.opts)
+			c, err := localredis.StartCluster(tt.opts)
 			if err == nil {
 				c.Stop()
-				t.Fatalf("StartCluster succeeded, want error containing %q", tt.wantErr)
+				t.Fatalf("localredis.StartCluster succeeded, want error containing %q", tt.wantErr)
 			}
 			if !strings.Contains(err.Error(), tt.wantErr) {
 				t.Fatalf("error = %v\nwant it to contain %q", err, tt.wantErr)

@@ -1,9 +1,9 @@
-package cluster
+package hashslot
 
 import "bytes"
 
-// Slots is the number of hash slots in a Redis Cluster.
-const Slots = 16384
+// Count is the number of hash slots in a Redis Cluster.
+const Count = 16384
 
 // crcTable holds CRC16-XMODEM of every byte value, so Slot handles a byte
 // per table lookup instead of eight shifts.
@@ -30,9 +30,9 @@ func crc16(b []byte) uint16 {
 	return crc
 }
 
-// Slot returns the hash slot of key, in [0, Slots).
-func Slot(key []byte) uint16 {
-	return crc16(HashTag(key)) % Slots
+// Slot returns the hash slot of key, in [0, Count).
+func Of(key []byte) uint16 {
+	return crc16(Tag(key)) % Count
 }
 
 // HashTag returns the part of key that Slot hashes: the bytes between the
@@ -40,7 +40,7 @@ func Slot(key []byte) uint16 {
 // such pair or nothing between them. So "{user1}.a" and "{user1}.b" share a
 // slot, "{}{a}x" hashes whole, "foo{{bar}}" hashes "{bar". The result
 // aliases key.
-func HashTag(key []byte) []byte {
+func Tag(key []byte) []byte {
 	open := bytes.IndexByte(key, '{')
 	if open < 0 {
 		return key

@@ -15,8 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotkeyproxy/hotkeyproxy/localredis"
-	"github.com/hotkeyproxy/hotkeyproxy/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/localredis"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/redistest"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
 // Redis's defaults: client-query-buffer-limit 1gb, proto-max-bulk-len 512mb.
@@ -417,8 +418,8 @@ func TestCommandReaderFeed(t *testing.T) {
 // redis-server and wants, byte for byte, +PONG for each command parsed
 // before the error, then "-ERR " + the reader's error text, then EOF.
 func TestCommandReaderMatchesRedis(t *testing.T) {
-	open := localredis.StartT(t, localredis.Options{})
-	locked := localredis.StartT(t, localredis.Options{Password: "secret"})
+	open := redistest.Start(t, localredis.Options{})
+	locked := redistest.Start(t, localredis.Options{Password: "secret"})
 	for _, tc := range malformedCases() {
 		if tc.maxBulk != 0 {
 			continue // Redis cannot set proto-max-bulk-len below 1mb
