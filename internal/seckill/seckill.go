@@ -219,13 +219,15 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		}
 	}
 	s.soldOutAt.Store(math.MaxInt64)
+	// The clock starts before the deadline is set, so a sale stopped by
+	// it never reports less than Duration.
+	s.start = time.Now()
 	done, cancel := context.WithTimeout(ctx, opts.Duration)
 	defer cancel()
 	s.done, s.cancel = done, cancel
 
 	stats := make([]clientStats, opts.Clients)
 	var wg sync.WaitGroup
-	s.start = time.Now()
 	for i, c := range conns {
 		wg.Go(func() { s.client(reqCtx, i, c, &stats[i]) })
 	}
