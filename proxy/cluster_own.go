@@ -44,9 +44,9 @@ func (s *session) ownOn(n *node) bool {
 // clusterOwn starts what needs the client's own connection: MULTI, WATCH,
 // a blocking command. Per-connection modes that would have to follow the
 // client to every node are refused.
-func (s *session) clusterOwn(cmd *resp.Command, name string) {
-	switch name {
-	case "multi":
+func (s *session) clusterOwn(cmd *resp.Command, c *command) {
+	switch c.cluster {
+	case clusterMulti:
 		t, _, err := s.srv.cluster.current()
 		if err != nil {
 			s.replyError(errorText(err))
@@ -73,9 +73,9 @@ func (s *session) clusterOwn(cmd *resp.Command, name string) {
 		s.flush()
 		s.inMulti = string(s.out[mark:]) == "+OK\r\n"
 		s.cs.hold = s.inMulti
-	case "watch", "blpop", "brpop", "brpoplpush", "blmove", "blmpop", "bzpopmin",
-		"bzpopmax", "bzmpop", "xread", "xreadgroup":
-		t, slot, ok := s.clusterSlot(cmd, name)
+	case onKeyNode:
+		name := c.name
+		t, slot, ok := s.clusterSlot(cmd, c)
 		if !ok {
 			return
 		}
@@ -104,22 +104,23 @@ func (s *session) clusterOwn(cmd *resp.Command, name string) {
 			s.blockOn(cmd)
 		}
 		s.cs.hold = false
-	case "script", "function": // KILL: it must reach the busy node at once
+	case killAll: // it must reach the busy node at once
 		s.flush()
 		s.killEverywhere(cmd)
-	default:
+	case refusedInCluster:
 		s.replyError("ERR " + refusedName(cmd.Args) + " is not supported by hotkeyproxy in cluster mode")
 	}
 }
 
 // clusterTx handles a command while the client is held on its own
 // connection; false lets the ordinary path send it there.
-func (s *session) clusterTx(cmd *resp.Command, name string) bool {
+func (s *session) clusterTx(cmd *resp.Command, c *command) bool {
 	cs := &s.cs
 	if !s.inMulti {
 		return false // a blocking command holds it: nothing else comes
 	}
-	t, slot, ok := s.clusterSlot(cmd, name)
+	name := c.name
+	t, slot, ok := s.clusterSlot(cmd, c)
 	if !ok {
 		cs.txDirty = true
 		return true
@@ -135,13 +136,12 @@ func (s *session) clusterTx(cmd *resp.Command, name string) bool {
 		// MOVED first for a key of another slot).
 		s.replyError("ERR WATCH inside MULTI is not allowed")
 		return true
-	case routes[name] == routeStream, spansCluster(name, cmd.Args):
+	case c.route == routeStream, c.spans:
 		s.replyError("ERR hotkeyproxy: " + refusedName(cmd.Args) + " inside MULTI is not supported in cluster mode")
 		cs.txDirty = true
 		return true
 	}
-	switch name {
-	case "cluster", "readonly", "readwrite", "asking":
+	if c.cluster == answerNoCluster {
 		// Queued as a standalone Redis queues them, and failing at EXEC
 		// with its words; never run on the node, whose answer would
 		// name nodes.
@@ -170,8 +170,10 @@ func (s *session) clusterTx(cmd *resp.Command, name string) bool {
 		cs.txReplay = append(cs.txReplay, rawOf(cmd)...)
 		cs.txReplayN++
 	}
-	switch name {
-	case "exec", "discard":
+	switch {
+	case c.cluster == answerNoCluster:
+		s.forward(cmd) // the stand-in, as the replay log has it
+	case name == "exec", name == "discard":
 		s.flush()
 		mark := len(s.out)
 		switch {
@@ -194,12 +196,10 @@ func (s *session) clusterTx(cmd *resp.Command, name string) bool {
 			}
 		}
 		s.endTx()
-	case "cluster", "readonly", "readwrite", "asking":
-		s.forward(cmd) // the stand-in, as the replay log has it
-	case "hello":
+	case name == "hello":
 		cs.txHello = true
 		return false
-	case "client":
+	case name == "client":
 		if len(cmd.Args) == 3 && strings.EqualFold(string(cmd.Args[1]), "setname") && validName(cmd.Args[2]) {
 			cs.txName = append([]byte{}, cmd.Args[2]...)
 		}
@@ -333,12 +333,13 @@ func (s *session) blockOn(cmd *resp.Command) {
 // (cluster pub/sub delivers messages on every node, counts per node).
 // UNSUBSCRIBE and the like without a subscription are answered here, as
 // Redis does, so they cost no connection.
-func (s *session) clusterStream(cmd *resp.Command, name string) {
+func (s *session) clusterStream(cmd *resp.Command, c *command) {
+	name := c.name
 	if strings.HasSuffix(name, "unsubscribe") {
 		s.reply(unsubscribeReplies(cmd.Args, name))
 		return
 	}
-	t, slot, ok := s.clusterSlot(cmd, name)
+	t, slot, ok := s.clusterSlot(cmd, c)
 	if !ok {
 		return
 	}

@@ -107,16 +107,16 @@ func (s *session) home(t *topology) *node {
 
 // clusterHandle handles a command in cluster mode; false means the
 // ordinary path (the client's own connection) takes it.
-func (s *session) clusterHandle(cmd *resp.Command, r route, name string) bool {
+func (s *session) clusterHandle(cmd *resp.Command, c *command) bool {
 	if s.streaming {
 		return false
 	}
 	if s.pinned() {
-		return s.clusterTx(cmd, name)
+		return s.clusterTx(cmd, c)
 	}
-	switch r {
+	switch c.route {
 	case routeShared:
-		if name == "unwatch" && s.cs.watching {
+		if c.cluster == unwatch && s.cs.watching {
 			s.flush()
 			s.cs.hold = true
 			s.forward(cmd)
@@ -124,13 +124,13 @@ func (s *session) clusterHandle(cmd *resp.Command, r route, name string) bool {
 			s.endTx()
 			return true
 		}
-		s.clusterForward(cmd, name)
+		s.clusterForward(cmd, c)
 	case routeOwn:
-		s.clusterOwn(cmd, name)
+		s.clusterOwn(cmd, c)
 	case routeStream:
-		s.clusterStream(cmd, name)
+		s.clusterStream(cmd, c)
 	case routeLocal:
-		if name != "select" {
+		if c.cluster != answerSelect {
 			return false
 		}
 		s.clusterSelect(cmd.Args)
@@ -142,26 +142,26 @@ func (s *session) clusterHandle(cmd *resp.Command, r route, name string) bool {
 
 // clusterForward queues cmd on the nodes that serve its keys, or answers
 // it when the proxy can.
-func (s *session) clusterForward(cmd *resp.Command, name string) {
-	t, slot, ok := s.clusterSlot(cmd, name)
+func (s *session) clusterForward(cmd *resp.Command, c *command) {
+	t, slot, ok := s.clusterSlot(cmd, c)
 	if !ok {
 		return
 	}
 	switch {
 	case slot >= 0:
 		s.queue(t, t.slots[slot], slot, mergeOne, cmd)
-		s.learnScript(cmd, name)
+		s.learnScript(cmd, c)
 	case len(s.cs.keyIdx) > 0:
-		s.clusterSplit(t, cmd, name)
+		s.clusterSplit(t, cmd, c, 1)
 	default:
-		s.clusterKeyless(t, cmd, name)
+		s.clusterKeyless(t, cmd, c)
 	}
 }
 
 // clusterSlot finds the slot of cmd's keys: -1 with keyIdx empty when it
-// has none, -1 with keyIdx set when they are in several slots and name can
-// be split. Otherwise it answers the client and ok is false.
-func (s *session) clusterSlot(cmd *resp.Command, name string) (t *topology, slot int, ok bool) {
+// has none, -1 with keyIdx set when they are in several slots and c
+// splits. Otherwise it answers the client and ok is false.
+func (s *session) clusterSlot(cmd *resp.Command, c *command) (t *topology, slot int, ok bool) {
 	t, keys, err := s.srv.cluster.current()
 	if err != nil {
 		s.replyError(errorText(err))
@@ -175,7 +175,7 @@ func (s *session) clusterSlot(cmd *resp.Command, name string) (t *topology, slot
 	first := int(hashslot.Of(cmd.Args[cs.keyIdx[0]]))
 	for _, i := range cs.keyIdx[1:] {
 		if int(hashslot.Of(cmd.Args[i])) != first {
-			if splits[name] {
+			if c.splits {
 				return t, -1, true
 			}
 			s.replyError(msgCrossSlot)
@@ -190,27 +190,13 @@ func (s *session) clusterSlot(cmd *resp.Command, name string) (t *topology, slot
 	return t, first, true
 }
 
-// splits are the multi-key commands a standalone Redis answers for keys in
-// any slots: sent per slot and merged. Others get CROSSSLOT, as from Redis
-// Cluster, since splitting them would lose their atomicity.
-var splits = map[string]bool{
-	"mget": true, "mset": true, "del": true, "unlink": true, "exists": true, "touch": true,
-}
-
-// clusterSplit sends a multi-key command as one command per slot.
-func (s *session) clusterSplit(t *topology, cmd *resp.Command, name string) {
-	kind, pairs, per := mergeSum, false, 1
-	switch name {
-	case "mget":
-		kind = mergeArray
-	case "pubsub": // SHARDNUMSUB: a channel and its count for each channel
-		kind, per = mergeArray, 2
-	case "mset":
-		kind, pairs = mergeAll, true
-	}
+// clusterSplit sends a multi-key command as one command per slot; each of
+// its keys has per elements in the merged reply.
+func (s *session) clusterSplit(t *topology, cmd *resp.Command, c *command, per int) {
+	pairs := c.pairs
 	if pairs && len(cmd.Args)%2 == 0 {
 		// A node would check the slots first and answer CROSSSLOT.
-		s.replyError(wrongArity(name))
+		s.replyError(wrongArity(c.name))
 		return
 	}
 	prefix := cmd.Args[:s.cs.keyIdx[0]]
@@ -238,117 +224,84 @@ func (s *session) clusterSplit(t *topology, cmd *resp.Command, name string) {
 		}
 		order = append(order, g)
 	}
-	c := s.addCmd(kind)
-	c.order, c.per = order, per
+	cc := s.addCmd(c.merge)
+	cc.order, cc.per = order, per
 	for g, slot := range slots {
 		s.cs.queuePart(t.slots[slot], slot, nil, groups[g])
 	}
 	s.endCmd()
 }
 
-// spansCluster reports the keyless commands that act on every master, so
-// they cannot run inside a transaction, which is on one.
-func spansCluster(name string, args [][]byte) bool {
-	sub := ""
-	if len(args) > 1 {
-		sub = strings.ToLower(string(args[1]))
-	}
-	switch name {
-	case "dbsize", "keys", "randomkey", "flushall", "flushdb", "scan":
-		return true
-	case "script":
-		return sub == "load" || sub == "flush" || sub == "exists"
-	case "function":
-		return sub == "load" || sub == "delete" || sub == "flush" || sub == "restore"
-	}
-	return false
-}
-
 // clusterKeyless routes a command without keys: answered here, sent to
 // every master and merged, or sent to the client's home master.
-func (s *session) clusterKeyless(t *topology, cmd *resp.Command, name string) {
+func (s *session) clusterKeyless(t *topology, cmd *resp.Command, c *command) {
 	args := cmd.Args
-	sub := ""
-	if len(args) > 1 {
-		sub = strings.ToLower(string(args[1]))
-	}
 	switch {
-	case name == "ping":
+	case c.cluster == answerPing:
 		switch len(args) {
 		case 1:
 			s.reply([]byte("+PONG\r\n"))
 		case 2:
 			s.reply(resp.AppendBulk(nil, args[1]))
 		default:
-			s.replyError(wrongArity(name))
+			s.replyError(wrongArity(c.name))
 		}
-	case name == "echo":
+	case c.cluster == answerEcho:
 		if len(args) != 2 {
-			s.replyError(wrongArity(name))
+			s.replyError(wrongArity(c.name))
 			return
 		}
 		s.reply(resp.AppendBulk(nil, args[1]))
-	case name == "cluster", name == "readonly", name == "readwrite", name == "asking":
-		s.replyError(s.clusterRefusal(args, name))
-	case name == "role" && len(args) == 1:
+	case c.cluster == answerNoCluster:
+		s.replyError(s.clusterRefusal(args, c.name))
+	case c.cluster == answerRole && len(args) == 1:
 		// A node's answer names its replicas; one standalone master
 		// without any is what clients see.
 		s.reply([]byte("*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n"))
-	case name == "dbsize":
-		s.broadcast(t, mergeSum, cmd)
-	case name == "keys":
-		s.broadcast(t, mergeConcat, cmd)
-	case name == "randomkey":
-		s.broadcast(t, mergeRandom, cmd)
-	case name == "script" && sub == "load":
-		s.learnScript(cmd, name)
-		s.broadcast(t, mergeAll, cmd)
-	case name == "script" && sub == "flush":
-		s.srv.cluster.scripts.bodies.Purge()
-		s.broadcast(t, mergeAll, cmd)
-	case name == "flushall", name == "flushdb",
-		name == "function" && (sub == "load" || sub == "delete" || sub == "flush" || sub == "restore"):
-		s.broadcast(t, mergeAll, cmd)
-	case name == "script" && sub == "exists":
+	case c.cluster == everyMaster:
+		if c.flushesScripts {
+			s.srv.cluster.scripts.bodies.Purge()
+		}
+		s.learnScript(cmd, c)
+		s.broadcast(t, c.merge, cmd)
+	case c.cluster == scriptExists:
 		// A script the proxy can load where it is missing exists, as far
 		// as EVALSHA through the proxy goes.
-		c := s.addCmd(mergeAnd)
+		cc := s.addCmd(mergeAnd)
 		for _, sha := range args[2:] {
-			c.known = append(c.known, s.srv.cluster.scripts.knows(sha))
+			cc.known = append(cc.known, s.srv.cluster.scripts.knows(sha))
 		}
 		for _, n := range t.masters {
 			s.cs.queuePart(n, -1, cmd.Raw, cmd.Args)
 		}
 		s.endCmd()
-	case name == "scan" && len(args) > 1:
+	case c.cluster == scanMasters && len(args) > 1:
 		pos, ok := parseScanCursor(t, args[1])
 		if !ok {
 			s.queue(t, s.home(t), -1, mergeOne, cmd) // Redis words the error
 			return
 		}
-		c := s.addCmd(mergeScan)
-		c.scan = pos
+		cc := s.addCmd(mergeScan)
+		cc.scan = pos
 		a := append([][]byte{args[0], strconv.AppendUint(nil, pos.cursor, 10)}, args[2:]...)
 		s.cs.queuePart(t.masters[pos.i], -1, nil, a)
 		s.endCmd()
-	case name == "pubsub" && sub == "shardchannels":
-		s.broadcast(t, mergeConcat, cmd)
-	case name == "pubsub" && sub == "shardnumsub" && len(args) > 2:
+	case c.cluster == shardNumSub && len(args) > 2:
 		s.cs.keyIdx = s.cs.keyIdx[:0]
 		for i := 2; i < len(args); i++ {
 			s.cs.keyIdx = append(s.cs.keyIdx, i)
 		}
-		s.clusterSplit(t, cmd, name)
-	case name == "publish", name == "pubsub":
+		s.clusterSplit(t, cmd, c, 2) // a channel and its count for each
+	case c.cluster == firstMaster, c.cluster == shardNumSub:
 		s.queue(t, t.masters[0], -1, mergeOne, cmd) // where SUBSCRIBE goes
-	case name == "info":
-		c := s.addCmd(mergeInfo)
-		c.info = s.srv.infoSection(args[1:], t)
+	case c.cluster == infoMerge:
+		cc := s.addCmd(mergeInfo)
+		cc.info = s.srv.infoSection(args[1:], t)
 		s.cs.queuePart(s.home(t), -1, cmd.Raw, args)
 		s.endCmd()
 	default:
 		s.queue(t, s.home(t), -1, mergeOne, cmd)
-		s.learnScript(cmd, name)
+		s.learnScript(cmd, c)
 	}
 }
 
@@ -356,13 +309,13 @@ func (s *session) clusterKeyless(t *topology, cmd *resp.Command, name string) {
 // an EVALSHA meeting NOSCRIPT on a node that never saw its script (a new
 // master after a failover) can be answered by loading it there; for an
 // EVALSHA just queued it marks the part.
-func (s *session) learnScript(cmd *resp.Command, name string) {
+func (s *session) learnScript(cmd *resp.Command, c *command) {
 	switch {
-	case (name == "eval" || name == "eval_ro") && len(cmd.Args) > 2:
+	case c.script == bodyAt1 && len(cmd.Args) > 2:
 		s.srv.cluster.scripts.learn(cmd.Args[1])
-	case name == "script" && len(cmd.Args) == 3:
+	case c.script == bodyAt2 && len(cmd.Args) == 3:
 		s.srv.cluster.scripts.learn(cmd.Args[2])
-	case (name == "evalsha" || name == "evalsha_ro") && len(cmd.Args) > 2:
+	case c.script == sha1At1 && len(cmd.Args) > 2:
 		s.cs.parts[len(s.cs.parts)-1].script = cmd.Args[1]
 	}
 }

@@ -1,6 +1,56 @@
 package proxy
 
-import "bytes"
+import (
+	"bytes"
+	"slices"
+	"strings"
+)
+
+// command is everything the proxy knows about one Redis command (or one
+// subcommand: CLIENT ID, SCRIPT LOAD…): where it goes, whether it may run
+// before AUTH, how it runs in cluster mode and how its replies merge, how
+// it meets a hot key, its metrics label. The zero value is an ordinary
+// command: relayed on a shared connection, routed by its keys' slot.
+type command struct {
+	name string // lower case; a subcommand's is its command's
+	// metric is the index of the command's label among commandLabels.
+	metric uint16
+
+	route route
+	// noAuth: Redis 7.0 flags it no-auth; it runs before AUTH.
+	noAuth bool
+	// upstreamWhen: a routeLocal command that goes to Redis instead in
+	// that state, because Redis holds what it acts on.
+	upstreamWhen upstreamCond
+	// blockForm, when set, is the command as it is with a BLOCK option
+	// (XREAD, XREADGROUP): it then needs a connection of its own.
+	blockForm *command
+
+	cluster clusterRoute
+	// merge says how the replies of the parts become one, for a command
+	// split by slot (splits) or sent to every master.
+	merge mergeKind
+	// splits: keys in several slots are sent one request per slot and
+	// merged, as a standalone Redis answers them; others get CROSSSLOT.
+	splits bool
+	// pairs: the keys are followed by a value each (MSET).
+	pairs bool
+	// spans: it acts on every master, so it cannot run inside a
+	// transaction, which is on one.
+	spans bool
+	// script: which argument names a script: its body (EVAL, SCRIPT
+	// LOAD), remembered for a node that lacks it, or its SHA1 (EVALSHA),
+	// loaded from what was remembered on NOSCRIPT.
+	script scriptArg
+	// flushesScripts: the bodies remembered for script are forgotten.
+	flushesScripts bool
+
+	// hotPerKey: with a hot key among several keys, it is answered key by
+	// key and put together (MGET: the values; DEL, EXISTS…: the sum).
+	hotPerKey bool
+
+	subs map[string]*command // subcommands with rules of their own
+}
 
 // route says where a command goes; the zero value relays it on a shared
 // upstream connection.
@@ -14,47 +64,224 @@ const (
 	routeRefuse              // cannot be relayed through a proxy
 )
 
-// routes classifies commands by lower-case name (cf. codis mapper.go). Names
-// not listed are relayed, so commands newer than this table still work.
-var routes = map[string]route{
-	"auth": routeLocal, "hello": routeLocal, "quit": routeLocal,
-	"select": routeLocal, "reset": routeLocal, "client": routeLocal,
-	"config": routeLocal, "proxy": routeLocal,
+// upstreamCond is when a command the proxy answers goes to Redis instead.
+type upstreamCond uint8
+
+const (
+	never             upstreamCond = iota
+	whenPinned                     // the client's own connection has the name and db
+	whenInMulti                    // the transaction queues it
+	whenNoUpstreamPwd              // nothing to hide in the reply (CONFIG GET)
+)
+
+// clusterRoute says how a command runs in cluster mode, where the proxy
+// looks like one standalone Redis; the zero value routes it by the slot of
+// its keys, a keyless one to the client's home master.
+type clusterRoute uint8
+
+const (
+	byKeys      clusterRoute = iota
+	everyMaster              // sent to every master, replies merged
+	firstMaster              // PUBLISH, PUBSUB: where subscriptions are made
+	onKeyNode                // on the client's own connection to its keys' node: WATCH, blocking commands
+	clusterMulti             // a transaction, moved to the node of its first key
+	killAll                  // SCRIPT KILL, FUNCTION KILL: every master, at once
+	answerPing
+	answerEcho
+	answerRole      // one master without replicas
+	answerSelect    // only db 0 exists
+	answerNoCluster // the cluster commands a client probes with: "cluster support disabled"
+	scanMasters     // SCAN: the cursor names the master
+	scriptExists    // every master's answer, and what the proxy can load
+	shardNumSub     // PUBSUB SHARDNUMSUB: split by the channels' slots
+	infoMerge       // one node's INFO with the proxy's section
+	unwatch         // leaves the WATCH's node when one is held
+	// refusedInCluster: it needs per-connection state that would have to
+	// follow the client to every node.
+	refusedInCluster
+)
+
+// scriptArg says which argument of a command names a script.
+type scriptArg uint8
+
+const (
+	noScript  scriptArg = iota
+	bodyAt1             // EVAL body …
+	bodyAt2             // SCRIPT LOAD body
+	sha1At1             // EVALSHA sha1 …
+)
+
+// blockingCmd is a command that blocks the connection it runs on.
+var blockingCmd = command{route: routeOwn, cluster: onKeyNode}
+
+// ownOnlyCmd needs the client's own connection and cannot follow it
+// around a cluster.
+var ownOnlyCmd = command{route: routeOwn, cluster: refusedInCluster}
+
+// commandTable lists the commands with rules of their own; every other
+// name in commandLabels is an ordinary command. Names not listed at all
+// are relayed too, so commands newer than this table still work.
+var commandTable = map[string]*command{
+	"auth":   {route: routeLocal, noAuth: true, upstreamWhen: whenInMulti},
+	"hello":  {route: routeLocal, noAuth: true},
+	"quit":   {route: routeLocal, noAuth: true},
+	"reset":  {route: routeLocal, noAuth: true},
+	"select": {route: routeLocal, upstreamWhen: whenPinned, cluster: answerSelect},
+	"proxy":  {route: routeLocal},
+	"client": {subs: map[string]*command{
+		"id":      {route: routeLocal, upstreamWhen: whenPinned},
+		"setname": {route: routeLocal, upstreamWhen: whenPinned},
+		"getname": {route: routeLocal, upstreamWhen: whenPinned},
+		// Per-connection modes: they must not leak to other clients.
+		"tracking": &ownOnlyCmd, "caching": &ownOnlyCmd,
+		"no-evict": &ownOnlyCmd, "no-touch": &ownOnlyCmd,
+		// Switching replies off breaks the one-reply-per-request framing.
+		"reply": {route: routeRefuse},
+	}},
+	"config": {subs: map[string]*command{
+		// The reply is masked: the upstream password must not show.
+		"get": {route: routeLocal, upstreamWhen: whenNoUpstreamPwd},
+	}},
 
 	// Transactions keep state on the connection until EXEC or UNWATCH.
-	"multi": routeOwn, "watch": routeOwn,
+	"multi":   {route: routeOwn, cluster: clusterMulti},
+	"watch":   &blockingCmd,
+	"unwatch": {cluster: unwatch},
 	// Blocking commands would stall every client sharing the connection.
-	"blpop": routeOwn, "brpop": routeOwn, "brpoplpush": routeOwn,
-	"blmove": routeOwn, "blmpop": routeOwn, "bzpopmin": routeOwn,
-	"bzpopmax": routeOwn, "bzmpop": routeOwn, "wait": routeOwn,
-	"waitaof": routeOwn,
-
-	"subscribe": routeStream, "psubscribe": routeStream,
-	"ssubscribe": routeStream, "unsubscribe": routeStream,
-	"punsubscribe": routeStream, "sunsubscribe": routeStream,
-	"monitor": routeStream,
-
-	// SHUTDOWN, like SCRIPT KILL and FUNCTION KILL below, must reach Redis
-	// while a script keeps it busy: not behind that script on a shared
+	"blpop": &blockingCmd, "brpop": &blockingCmd, "brpoplpush": &blockingCmd,
+	"blmove": &blockingCmd, "blmpop": &blockingCmd, "bzpopmin": &blockingCmd,
+	"bzpopmax": &blockingCmd, "bzmpop": &blockingCmd,
+	"xread": {blockForm: &blockingCmd}, "xreadgroup": {blockForm: &blockingCmd},
+	// WAIT counts the replicas of the connection's own writes.
+	"wait": &ownOnlyCmd, "waitaof": &ownOnlyCmd,
+	// SHUTDOWN, like SCRIPT KILL and FUNCTION KILL, must reach Redis while
+	// a script keeps it busy: not behind that script on a shared
 	// connection.
-	"shutdown": routeOwn,
+	"shutdown": &ownOnlyCmd,
+
+	"subscribe": {route: routeStream}, "psubscribe": {route: routeStream},
+	"ssubscribe": {route: routeStream}, "unsubscribe": {route: routeStream},
+	"punsubscribe": {route: routeStream}, "sunsubscribe": {route: routeStream},
+	"monitor": {route: routeStream},
+	"publish": {cluster: firstMaster},
+	"pubsub": {cluster: firstMaster, subs: map[string]*command{
+		"shardchannels": {cluster: everyMaster, merge: mergeConcat},
+		"shardnumsub":   {cluster: shardNumSub, merge: mergeArray},
+	}},
 
 	// Replication streams are not request/reply.
-	"sync": routeRefuse, "psync": routeRefuse,
+	"sync": {route: routeRefuse}, "psync": {route: routeRefuse},
+
+	"mget":   {splits: true, merge: mergeArray, hotPerKey: true},
+	"mset":   {splits: true, merge: mergeAll, pairs: true},
+	"del":    {splits: true, merge: mergeSum, hotPerKey: true},
+	"unlink": {splits: true, merge: mergeSum, hotPerKey: true},
+	"exists": {splits: true, merge: mergeSum, hotPerKey: true},
+	"touch":  {splits: true, merge: mergeSum, hotPerKey: true},
+
+	"dbsize":    {cluster: everyMaster, merge: mergeSum, spans: true},
+	"keys":      {cluster: everyMaster, merge: mergeConcat, spans: true},
+	"randomkey": {cluster: everyMaster, merge: mergeRandom, spans: true},
+	"flushall":  {cluster: everyMaster, merge: mergeAll, spans: true},
+	"flushdb":   {cluster: everyMaster, merge: mergeAll, spans: true},
+	"scan":      {cluster: scanMasters, spans: true},
+	"info":      {cluster: infoMerge},
+
+	"eval": {script: bodyAt1}, "eval_ro": {script: bodyAt1},
+	"evalsha": {script: sha1At1}, "evalsha_ro": {script: sha1At1},
+	"script": {subs: map[string]*command{
+		"load":   {cluster: everyMaster, merge: mergeAll, spans: true, script: bodyAt2},
+		"flush":  {cluster: everyMaster, merge: mergeAll, spans: true, flushesScripts: true},
+		"exists": {cluster: scriptExists, spans: true},
+		"kill":   {route: routeOwn, cluster: killAll},
+		"debug":  {route: routeRefuse},
+	}},
+	"function": {subs: map[string]*command{
+		"load":    {cluster: everyMaster, merge: mergeAll, spans: true},
+		"delete":  {cluster: everyMaster, merge: mergeAll, spans: true},
+		"flush":   {cluster: everyMaster, merge: mergeAll, spans: true},
+		"restore": {cluster: everyMaster, merge: mergeAll, spans: true},
+		"kill":    {route: routeOwn, cluster: killAll},
+	}},
+
+	"ping": {cluster: answerPing}, "echo": {cluster: answerEcho},
+	"role": {cluster: answerRole},
+	"cluster": {cluster: answerNoCluster}, "readonly": {cluster: answerNoCluster},
+	"readwrite": {cluster: answerNoCluster}, "asking": {cluster: answerNoCluster},
 }
 
-// clientRoutes classifies CLIENT subcommands; unlisted ones are relayed.
-var clientRoutes = map[string]route{
-	"id": routeLocal, "setname": routeLocal, "getname": routeLocal,
-	// Per-connection modes: they must not leak to other clients.
-	"tracking": routeOwn, "caching": routeOwn, "no-evict": routeOwn,
-	"no-touch": routeOwn,
-	// Switching replies off breaks the one-reply-per-request framing.
-	"reply": routeRefuse,
-}
+// commandLabels are the values of the metrics' command label: Redis 7.0's
+// commands (COMMAND LIST without subcommands), WAITAOF (7.2), the hash
+// field commands of 7.4 and 8.0, and the proxy's own; "other" for the rest.
+var commandLabels = strings.Fields(`
+	acl append asking auth bgrewriteaof bgsave bitcount bitfield bitfield_ro
+	bitop bitpos blmove blmpop blpop brpop brpoplpush bzmpop bzpopmax bzpopmin
+	client cluster command config copy dbsize debug decr decrby del discard
+	dump echo eval eval_ro evalsha evalsha_ro exec exists expire expireat
+	expiretime failover fcall fcall_ro flushall flushdb function geoadd
+	geodist geohash geopos georadius georadius_ro georadiusbymember
+	georadiusbymember_ro geosearch geosearchstore get getbit getdel getex
+	getrange getset hdel hello hexists hexpire hexpireat hexpiretime hget
+	hgetall hgetdel hgetex hincrby hincrbyfloat hkeys hlen hmget hmset
+	hpersist hpexpire hpexpireat hpexpiretime hpttl hrandfield hscan hset
+	hsetex hsetnx hstrlen httl hvals incr incrby incrbyfloat info keys
+	lastsave latency lcs lindex linsert llen lmove lmpop lolwut lpop lpos
+	lpush lpushx lrange lrem lset ltrim memory mget migrate module monitor
+	move mset msetnx multi object persist pexpire pexpireat pexpiretime pfadd
+	pfcount pfdebug pfmerge pfselftest ping proxy psetex psubscribe psync
+	pttl publish pubsub punsubscribe quit randomkey readonly readwrite rename
+	renamenx replconf replicaof reset restore restore-asking role rpop
+	rpoplpush rpush rpushx sadd save scan scard script sdiff sdiffstore
+	select set setbit setex setnx setrange shutdown sinter sintercard
+	sinterstore sismember slaveof slowlog smembers smismember smove sort
+	sort_ro spop spublish srandmember srem sscan ssubscribe strlen subscribe
+	substr sunion sunionstore sunsubscribe swapdb sync time touch ttl type
+	unlink unsubscribe unwatch wait waitaof watch xack xadd xautoclaim xclaim
+	xdel xgroup xinfo xlen xpending xrange xread xreadgroup xrevrange xsetid
+	xtrim zadd zcard zcount zdiff zdiffstore zincrby zinter zintercard
+	zinterstore zlexcount zmpop zmscore zpopmax zpopmin zrandmember zrange
+	zrangebylex zrangebyscore zrangestore zrank zrem zremrangebylex
+	zremrangebyrank zremrangebyscore zrevrange zrevrangebylex
+	zrevrangebyscore zrevrank zscan zscore zunion zunionstore
+	other`)
+
+// otherCommand is the entry of a name the table does not know.
+var otherCommand = &command{name: "other", metric: uint16(len(commandLabels) - 1)}
+
+// commands is the table by lower-case name, every label's command in it.
+var commands = func() map[string]*command {
+	m := make(map[string]*command, len(commandLabels))
+	for i, name := range commandLabels[:len(commandLabels)-1] {
+		c := commandTable[name]
+		if c == nil {
+			c = &command{}
+		} else {
+			// Shared entries (blockingCmd…) are copied, so each has its
+			// own name and label.
+			c = new(*c)
+		}
+		c.name, c.metric = name, uint16(i)
+		if c.blockForm != nil {
+			c.blockForm = new(*c.blockForm)
+			c.blockForm.name, c.blockForm.metric = name, c.metric
+		}
+		for sub, sc := range c.subs {
+			sc = new(*sc)
+			sc.name, sc.metric = name, c.metric
+			c.subs[sub] = sc
+		}
+		m[name] = c
+	}
+	for name := range commandTable {
+		if m[name] == nil {
+			panic("proxy: command " + name + " has no metrics label")
+		}
+	}
+	return m
+}()
 
 // lowerName lower-cases a command name into buf without allocating; names
-// longer than buf cannot be in any table and come back empty.
+// longer than buf cannot be in the table and come back empty.
 func lowerName(b []byte, buf *[24]byte) []byte {
 	if len(b) > len(buf) {
 		return nil
@@ -68,31 +295,25 @@ func lowerName(b []byte, buf *[24]byte) []byte {
 	return buf[:len(b)]
 }
 
-// classify returns the route of a command and its lower-case name.
-func classify(args [][]byte, buf *[24]byte) (route, []byte) {
-	name := lowerName(args[0], buf)
-	r := routes[string(name)]
-	switch {
-	case r == routeLocal && string(name) == "client":
-		if len(args) < 2 {
-			return routeShared, name // Redis answers the arity error
-		}
-		var sub [24]byte
-		return clientRoutes[string(lowerName(args[1], &sub))], name
-	case r == routeLocal && string(name) == "config":
-		if len(args) < 2 || !bytes.EqualFold(args[1], []byte("get")) {
-			return routeShared, name
-		}
-	case r == routeShared && (string(name) == "xread" || string(name) == "xreadgroup"):
-		if hasBlockOption(args) {
-			return routeOwn, name
-		}
-	case r == routeRefuse, string(name) == "script" && len(args) > 1 && bytes.EqualFold(args[1], []byte("debug")):
-		return routeRefuse, name
-	case (string(name) == "script" || string(name) == "function") && len(args) > 1 && bytes.EqualFold(args[1], []byte("kill")):
-		return routeOwn, name
+// lookup returns the table's entry for a command: its subcommand's when it
+// has rules of its own, the blocking form of XREAD with BLOCK. name is the
+// command's lower-case name, valid until buf is reused.
+func lookup(args [][]byte, buf *[24]byte) (c *command, name []byte) {
+	name = lowerName(args[0], buf)
+	c = commands[string(name)]
+	if c == nil {
+		return otherCommand, name
 	}
-	return r, name
+	if c.subs != nil && len(args) > 1 {
+		var sub [24]byte
+		if sc := c.subs[string(lowerName(args[1], &sub))]; sc != nil {
+			return sc, name
+		}
+	}
+	if c.blockForm != nil && hasBlockOption(args) {
+		return c.blockForm, name
+	}
+	return c, name
 }
 
 // hasBlockOption reports whether XREAD/XREADGROUP has a BLOCK option:
@@ -112,4 +333,14 @@ func hasBlockOption(args [][]byte) bool {
 		}
 	}
 	return false
+}
+
+// refusedName is the command as a refusal names it: with its subcommand
+// for CLIENT and SCRIPT.
+func refusedName(args [][]byte) string {
+	name := strings.ToUpper(string(args[0]))
+	if len(args) > 1 && slices.Contains([]string{"CLIENT", "SCRIPT"}, name) {
+		name += " " + strings.ToUpper(string(args[1]))
+	}
+	return name
 }

@@ -119,13 +119,9 @@ func (srv *Server) keyTable() *keyspec.Table {
 	return k
 }
 
-// perKey are the multi-key commands the proxy answers key by key when a
-// hot key is among them, with how the answers add up.
-var perKey = map[string]bool{"mget": true, "del": true, "unlink": true, "exists": true, "touch": true}
-
 // hotCommand answers cmd when it names a hot key, and reports whether it
 // did. Hot keys live in db 0.
-func (s *session) hotCommand(cmd *resp.Command, name string) bool {
+func (s *session) hotCommand(cmd *resp.Command, c *command, name string) bool {
 	e := s.srv.hot
 	if s.db != 0 || s.streaming {
 		return false
@@ -170,7 +166,7 @@ func (s *session) hotCommand(cmd *resp.Command, name string) bool {
 		return true
 	}
 	s.flush()
-	if len(idx) == 1 || !perKey[name] {
+	if len(idx) == 1 || !c.hotPerKey {
 		r := e.Do(cmd.Args, hot, s.id)
 		if r == nil {
 			s.markLayout(name, cmd.Args) // not hot any more: relayed

@@ -19,74 +19,14 @@ import (
 )
 
 // Label values. Every label takes its values from a fixed set, so no
-// client can add series: commands from metricCommands (else "other"),
+// client can add series: commands from commandLabels (else "other"),
 // nodes from the upstream's addresses.
 const (
 	resultOK      = "ok"    // result: any reply but an error
 	resultError   = "error" // result: an error reply
-	commandOther  = "other" // command: a name not in metricCommands
 	redirectMoved = "moved" // kind: -MOVED, the slot has a new master
 	redirectAsk   = "ask"   // kind: -ASK, the slot is migrating
 )
-
-// metricCommands are the values of the command label: Redis 7.0's commands
-// (COMMAND LIST without subcommands), WAITAOF (7.2), the hash field
-// commands of 7.4 and 8.0, and the proxy's own. The routing table in
-// commands.go names only a subset of them (the rest are relayed), so the
-// label needs its own list; a test checks it covers the routing table.
-var metricCommands = []string{
-	"acl", "append", "asking", "auth", "bgrewriteaof", "bgsave", "bitcount",
-	"bitfield", "bitfield_ro", "bitop", "bitpos", "blmove", "blmpop", "blpop",
-	"brpop", "brpoplpush", "bzmpop", "bzpopmax", "bzpopmin", "client",
-	"cluster", "command", "config", "copy", "dbsize", "debug", "decr",
-	"decrby", "del", "discard", "dump", "echo", "eval", "eval_ro", "evalsha",
-	"evalsha_ro", "exec", "exists", "expire", "expireat", "expiretime",
-	"failover", "fcall", "fcall_ro", "flushall", "flushdb", "function",
-	"geoadd", "geodist", "geohash", "geopos", "georadius", "georadius_ro",
-	"georadiusbymember", "georadiusbymember_ro", "geosearch",
-	"geosearchstore", "get", "getbit", "getdel", "getex", "getrange",
-	"getset", "hdel", "hello", "hexists", "hexpire", "hexpireat",
-	"hexpiretime", "hget", "hgetall", "hgetdel", "hgetex", "hincrby",
-	"hincrbyfloat", "hkeys", "hlen", "hmget", "hmset", "hpersist", "hpexpire",
-	"hpexpireat", "hpexpiretime", "hpttl", "hrandfield", "hscan", "hset",
-	"hsetex", "hsetnx", "hstrlen", "httl", "hvals", "incr", "incrby",
-	"incrbyfloat", "info", "keys", "lastsave", "latency", "lcs", "lindex",
-	"linsert", "llen", "lmove", "lmpop", "lolwut", "lpop", "lpos", "lpush",
-	"lpushx", "lrange", "lrem", "lset", "ltrim", "memory", "mget", "migrate",
-	"module", "monitor", "move", "mset", "msetnx", "multi", "object",
-	"persist", "pexpire", "pexpireat", "pexpiretime", "pfadd", "pfcount",
-	"pfdebug", "pfmerge", "pfselftest", "ping", "proxy", "psetex",
-	"psubscribe", "psync", "pttl", "publish", "pubsub", "punsubscribe",
-	"quit", "randomkey", "readonly", "readwrite", "rename", "renamenx",
-	"replconf", "replicaof", "reset", "restore", "restore-asking", "role",
-	"rpop", "rpoplpush", "rpush", "rpushx", "sadd", "save", "scan", "scard",
-	"script", "sdiff", "sdiffstore", "select", "set", "setbit", "setex",
-	"setnx", "setrange", "shutdown", "sinter", "sintercard", "sinterstore",
-	"sismember", "slaveof", "slowlog", "smembers", "smismember", "smove",
-	"sort", "sort_ro", "spop", "spublish", "srandmember", "srem", "sscan",
-	"ssubscribe", "strlen", "subscribe", "substr", "sunion", "sunionstore",
-	"sunsubscribe", "swapdb", "sync", "time", "touch", "ttl", "type",
-	"unlink", "unsubscribe", "unwatch", "wait", "waitaof", "watch", "xack",
-	"xadd", "xautoclaim", "xclaim", "xdel", "xgroup", "xinfo", "xlen",
-	"xpending", "xrange", "xread", "xreadgroup", "xrevrange", "xsetid",
-	"xtrim", "zadd", "zcard", "zcount", "zdiff", "zdiffstore", "zincrby",
-	"zinter", "zintercard", "zinterstore", "zlexcount", "zmpop", "zmscore",
-	"zpopmax", "zpopmin", "zrandmember", "zrange", "zrangebylex",
-	"zrangebyscore", "zrangestore", "zrank", "zrem", "zremrangebylex",
-	"zremrangebyrank", "zremrangebyscore", "zrevrange", "zrevrangebylex",
-	"zrevrangebyscore", "zrevrank", "zscan", "zscore", "zunion",
-	"zunionstore",
-}
-
-// commandIndex maps a lower-case command name to its index in
-// metricCommands; "other" has index len(metricCommands).
-var commandIndex = func() map[string]uint16 {
-	m := make(map[string]uint16, len(metricCommands))
-	for i, name := range metricCommands {
-		m[name] = uint16(i)
-	}
-	return m
-}()
 
 // latencyBuckets are the buckets of the latency histograms, in seconds:
 // 100µs (a pipelined command's share of a round trip) to 10s (a blocking
@@ -126,7 +66,7 @@ func newMetrics(reg *prometheus.Registry, clients func() int) *metrics {
 			Name: "hotkeyproxy_commands_total",
 			Help: "Commands answered, by command name (Redis's commands, else \"other\") and result (\"error\" for an error reply, else \"ok\"). Commands sent in subscribe mode count as ok.",
 		}, []string{"command", "result"}),
-		byCommand: make([]atomic.Pointer[commandMetrics], len(metricCommands)+1),
+		byCommand: make([]atomic.Pointer[commandMetrics], len(commandLabels)),
 		rejectedClients: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "hotkeyproxy_rejected_clients_total",
 			Help: "Clients refused because limits.max_clients clients were connected.",
@@ -184,19 +124,13 @@ type commandMetrics struct {
 	seconds latencyHistogram
 }
 
-// command returns the metrics of the command with lower-case name.
-func (m *metrics) command(name []byte) *commandMetrics {
-	i, known := commandIndex[string(name)]
-	if !known {
-		i = uint16(len(metricCommands))
-	}
+// command returns the metrics of cmd's label.
+func (m *metrics) command(cmd *command) *commandMetrics {
+	i := cmd.metric
 	if c := m.byCommand[i].Load(); c != nil {
 		return c
 	}
-	label := commandOther
-	if known {
-		label = metricCommands[i]
-	}
+	label := commandLabels[i]
 	// Racing sessions make the same children: WithLabelValues returns
 	// the existing one.
 	c := &commandMetrics{
@@ -242,22 +176,13 @@ var noNodeMetrics = &nodeMetrics{
 type sessionMetrics struct {
 	queue []*commandMetrics // handled, not yet counted, in request order
 	start time.Duration     // monoNow when the first of queue was handled
-	// The last command's name and metrics: clients repeat commands, and
-	// comparing the name costs less than looking it up.
-	last    *commandMetrics
-	lastLen int
-	lastBuf [24]byte
 }
 
 // add queues a command the session is about to handle. In subscribe mode
 // the replies reach the client from relay, not through write, so the
 // command counts as ok at once, without a duration.
-func (sm *sessionMetrics) add(m *metrics, name []byte, streaming bool) {
-	c := sm.last
-	if c == nil || string(name) != string(sm.lastBuf[:sm.lastLen]) {
-		c = m.command(name)
-		sm.last, sm.lastLen = c, copy(sm.lastBuf[:], name)
-	}
+func (sm *sessionMetrics) add(m *metrics, cmd *command, streaming bool) {
+	c := m.command(cmd)
 	if streaming {
 		c.ok.Inc()
 		return

@@ -415,16 +415,28 @@ func TestReplyLen(t *testing.T) {
 	}
 }
 
-// TestMetricCommandsCoverRoutes: every command the routing table names has
-// its own label value.
-func TestMetricCommandsCoverRoutes(t *testing.T) {
-	for name := range routes {
-		if _, ok := commandIndex[name]; !ok {
-			t.Errorf("%q is in routes but not in metricCommands", name)
+// TestCommandLabels: every label names one command of the table, and
+// every command and subcommand has its command's label.
+func TestCommandLabels(t *testing.T) {
+	seen := map[string]bool{}
+	for _, l := range commandLabels {
+		if seen[l] {
+			t.Errorf("label %q twice", l)
+		}
+		seen[l] = true
+	}
+	for name, c := range commands {
+		if commandLabels[c.metric] != name || c.name != name {
+			t.Errorf("%q has label %q, name %q", name, commandLabels[c.metric], c.name)
+		}
+		for sub, sc := range c.subs {
+			if sc.metric != c.metric || sc.name != name {
+				t.Errorf("%s %s has label %q, name %q", name, sub, commandLabels[sc.metric], sc.name)
+			}
 		}
 	}
-	if len(commandIndex) != len(metricCommands) {
-		t.Errorf("metricCommands has duplicates")
+	if commandLabels[otherCommand.metric] != "other" {
+		t.Errorf("unknown commands are labelled %q", commandLabels[otherCommand.metric])
 	}
 }
 
@@ -437,12 +449,12 @@ func BenchmarkSessionMetrics(b *testing.B) {
 		out = resp.AppendBulk(out, []byte("value-of-some-key"))
 	}
 	var sm sessionMetrics
-	name := []byte("get")
+	get := commands["get"]
 	b.ReportAllocs()
 	n := 0
 	for b.Loop() {
 		for range 16 {
-			sm.add(m, name, false)
+			sm.add(m, get, false)
 		}
 		sm.replied(out)
 		n += 16

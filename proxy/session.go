@@ -221,9 +221,9 @@ func (s *session) write() bool {
 }
 
 func (s *session) handle(cmd *resp.Command) {
-	r, name := classify(cmd.Args, &s.nameBuf)
-	s.m.add(s.srv.m, name, s.streaming)
-	if !s.authed && !runsBeforeAuth(name) {
+	c, name := lookup(cmd.Args, &s.nameBuf)
+	s.m.add(s.srv.m, c, s.streaming)
+	if !s.authed && !c.noAuth {
 		s.replyError(msgNoAuth)
 		return
 	}
@@ -231,16 +231,16 @@ func (s *session) handle(cmd *resp.Command) {
 		s.handleStreaming(cmd, name)
 		return
 	}
-	if s.hotCommand(cmd, string(name)) {
+	if s.hotCommand(cmd, c, string(name)) {
 		return
 	}
-	if s.srv.cluster != nil && s.clusterHandle(cmd, r, string(name)) {
+	if s.srv.cluster != nil && s.clusterHandle(cmd, c) {
 		return
 	}
-	switch r {
+	switch c.route {
 	case routeLocal:
-		if s.upstreamOwns(string(name)) {
-			s.dispatch(cmd, string(name))
+		if s.upstreamOwns(c) {
+			s.dispatch(cmd, c)
 			if string(name) == "select" && s.srv.cluster == nil {
 				s.ownSelect(cmd)
 			}
@@ -295,28 +295,11 @@ func (s *session) handle(cmd *resp.Command) {
 	}
 }
 
-// runsBeforeAuth reports the commands Redis 7.0 flags no-auth.
-func runsBeforeAuth(name []byte) bool {
-	switch string(name) {
-	case "auth", "hello", "quit", "reset":
-		return true
-	}
-	return false
-}
-
-func refusedName(args [][]byte) string {
-	name := strings.ToUpper(string(args[0]))
-	if len(args) > 1 && (name == "CLIENT" || name == "SCRIPT") {
-		name += " " + strings.ToUpper(string(args[1]))
-	}
-	return name
-}
-
 // dispatch queues cmd for whatever upstream serves it: in cluster mode the
 // node of its keys, unless the client is held on its own connection.
-func (s *session) dispatch(cmd *resp.Command, name string) {
+func (s *session) dispatch(cmd *resp.Command, c *command) {
 	if s.srv.cluster != nil && !s.pinned() && !s.streaming {
-		s.clusterForward(cmd, name)
+		s.clusterForward(cmd, c)
 		return
 	}
 	s.forward(cmd)
@@ -632,13 +615,13 @@ func (s *session) drainStream() {
 // clients on shared connections goes upstream instead, because Redis holds
 // the state: the name and db of the client's own connection, or the
 // transaction that queues it.
-func (s *session) upstreamOwns(name string) bool {
-	switch name {
-	case "client", "select":
+func (s *session) upstreamOwns(c *command) bool {
+	switch c.upstreamWhen {
+	case whenPinned:
 		return s.pinned()
-	case "auth":
+	case whenInMulti:
 		return s.inMulti
-	case "config":
+	case whenNoUpstreamPwd:
 		return s.srv.cfg.Upstream.Password == ""
 	}
 	return false
@@ -724,7 +707,7 @@ func (s *session) local(cmd *resp.Command, name string) {
 		}
 		s.flush()
 		mark := len(s.out)
-		s.dispatch(cmd, name)
+		s.dispatch(cmd, commands["config"])
 		s.flush()
 		s.out = append(s.out[:mark], maskSecrets(s.out[mark:])...)
 	}
@@ -851,7 +834,7 @@ func (s *session) hello(args [][]byte) {
 		return
 	}
 	mark := len(s.out)
-	s.dispatch(&resp.Command{Args: [][]byte{[]byte("HELLO"), []byte("2")}}, "hello")
+	s.dispatch(&resp.Command{Args: [][]byte{[]byte("HELLO"), []byte("2")}}, commands["hello"])
 	s.flush()
 	reply := patchHelloID(s.out[mark:], s.id)
 	if s.srv.cluster != nil {
