@@ -80,12 +80,12 @@ const (
 type clusterRoute uint8
 
 const (
-	byKeys      clusterRoute = iota
-	everyMaster              // sent to every master, replies merged
-	firstMaster              // PUBLISH, PUBSUB: where subscriptions are made
-	onKeyNode                // on the client's own connection to its keys' node: WATCH, blocking commands
-	clusterMulti             // a transaction, moved to the node of its first key
-	killAll                  // SCRIPT KILL, FUNCTION KILL: every master, at once
+	byKeys       clusterRoute = iota
+	everyMaster               // sent to every master, replies merged
+	firstMaster               // PUBLISH, PUBSUB: where subscriptions are made
+	onKeyNode                 // on the client's own connection to its keys' node: WATCH, blocking commands
+	clusterMulti              // a transaction, moved to the node of its first key
+	killAll                   // SCRIPT KILL, FUNCTION KILL: every master, at once
 	answerPing
 	answerEcho
 	answerRole      // one master without replicas
@@ -105,10 +105,10 @@ const (
 type scriptArg uint8
 
 const (
-	noScript  scriptArg = iota
-	bodyAt1             // EVAL body …
-	bodyAt2             // SCRIPT LOAD body
-	sha1At1             // EVALSHA sha1 …
+	noScript scriptArg = iota
+	bodyAt1            // EVAL body …
+	bodyAt2            // SCRIPT LOAD body
+	sha1At1            // EVALSHA sha1 …
 )
 
 // blockingCmd is a command that blocks the connection it runs on.
@@ -205,7 +205,7 @@ var commandTable = map[string]*command{
 	}},
 
 	"ping": {cluster: answerPing}, "echo": {cluster: answerEcho},
-	"role": {cluster: answerRole},
+	"role":    {cluster: answerRole},
 	"cluster": {cluster: answerNoCluster}, "readonly": {cluster: answerNoCluster},
 	"readwrite": {cluster: answerNoCluster}, "asking": {cluster: answerNoCluster},
 }
