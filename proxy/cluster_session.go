@@ -78,20 +78,7 @@ type clusterState struct {
 	ownNode *node // the node of session.own
 	// hold keeps requests on own: a transaction (MULTI) or a
 	// blocking command is under way there.
-	hold     bool
-	watching bool
-	txSlot   int    // the slot a transaction's keys must be in; -1 while unknown
-	txDirty  bool   // a command was refused: EXEC must fail
-	txName   []byte // the name a CLIENT SETNAME queued in it sets
-	txHello  bool   // a HELLO queued in it: its reply says "standalone"
-	// The connection that held a WATCH was given up (a blocking command
-	// or a subscription on another node): EXEC fails as if a watched key
-	// had changed.
-	watchLost bool
-	// While txSlot is unknown, the transaction so far (MULTI and keyless
-	// commands), to start it again on another node.
-	txReplay  []byte
-	txReplayN int
+	hold bool
 
 	// What a streaming client is subscribed to ("c" channels, "p"
 	// patterns, "s" shard channels, then the name), and MONITOR.
@@ -116,7 +103,7 @@ func (s *session) clusterHandle(cmd *resp.Command, c *command) bool {
 	}
 	switch c.route {
 	case routeShared:
-		if c.cluster == unwatch && s.cs.watching {
+		if c.cluster == unwatch && s.tx.watching {
 			s.flush()
 			s.cs.hold = true
 			s.forward(cmd)
@@ -344,25 +331,6 @@ func (s *session) broadcast(t *topology, kind mergeKind, cmd *resp.Command) {
 		s.cs.queuePart(n, -1, cmd.Raw, cmd.Args)
 	}
 	s.endCmd()
-}
-
-// clusterSelect answers SELECT as Redis Cluster does: only db 0 exists.
-func (s *session) clusterSelect(args [][]byte) {
-	if len(args) != 2 {
-		s.replyError(wrongArity("select"))
-		return
-	}
-	n, ok := resp.ParseInt(args[1])
-	switch {
-	case !ok:
-		s.replyError(msgNotInteger)
-	case n < -1<<31 || n > 1<<31-1:
-		s.replyError(msgIntRange)
-	case n != 0:
-		s.replyError(msgSelectCluster)
-	default:
-		s.reply([]byte("+OK\r\n"))
-	}
 }
 
 // queue adds a command of one part.

@@ -160,9 +160,9 @@ func (s *session) hotCommand(cmd *resp.Command, c *command, name string) bool {
 		return false
 	}
 	s.unmarkLayout()
-	if s.inMulti {
+	if s.tx.open {
 		s.replyError("ERR hotkeyproxy: '" + string(cmd.Args[hot]) + "' is a hot key held as buckets; it cannot be used inside MULTI")
-		s.cs.txDirty = true
+		s.tx.dirty = true
 		return true
 	}
 	s.flush()
@@ -217,11 +217,11 @@ func (s *session) proxyCommand(args [][]byte) {
 		return
 	}
 	sub := strings.ToLower(string(args[1]))
-	if s.inMulti {
+	if s.tx.open {
 		// Redis would queue it; the proxy answers it itself, so inside a
 		// transaction it is refused, and EXEC fails.
 		s.replyError("ERR PROXY " + strings.ToUpper(sub) + " is not allowed inside MULTI")
-		s.cs.txDirty = true
+		s.tx.dirty = true
 		return
 	}
 	arity := func(ok bool) bool {

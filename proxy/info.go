@@ -81,10 +81,7 @@ func (srv *Server) infoSection(args [][]byte, t *topology) string {
 // standaloneInfo relays INFO and adds the proxy's section to Redis's
 // reply.
 func (s *session) standaloneInfo(cmd *resp.Command) {
-	s.flush()
-	mark := len(s.out)
-	s.forward(cmd)
-	s.flush()
+	mark := s.exchange(cmd)
 	extra := s.srv.infoSection(cmd.Args[1:], nil)
 	if v, ok := resp.BulkValue(s.out[mark:]); ok && extra != "" {
 		if len(v) == 0 {

@@ -33,7 +33,7 @@ var failsOnLayout = map[string]bool{
 func (s *session) markLayout(name string, args [][]byte) {
 	keyAt, failed := 0, failsOnLayout[name]
 	switch {
-	case s.inMulti:
+	case s.tx.open:
 		return
 	case failed && strings.HasPrefix(name, "eval"):
 		if len(args) < 4 || string(args[2]) != "1" {

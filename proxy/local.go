@@ -1,0 +1,326 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/subtle"
+	"strconv"
+	"strings"
+
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
+)
+
+// local answers commands whose state the proxy keeps per client.
+func (s *session) local(cmd *resp.Command, name string) {
+	args := cmd.Args
+	switch name {
+	case "quit":
+		s.reply([]byte("+OK\r\n"))
+		s.quit = true
+	case "auth":
+		s.auth(args)
+	case "hello":
+		s.hello(args)
+	case "select":
+		s.selectDB(args)
+	case "reset":
+		if len(args) != 1 {
+			s.replyError(wrongArity("reset"))
+			return
+		}
+		s.flush()
+		if s.own != nil {
+			s.own.nc.Close()
+			s.setOwn(nil)
+		}
+		s.resetState()
+		s.reply([]byte("+RESET\r\n"))
+	case "client":
+		s.client(args)
+	case "proxy":
+		s.proxyCommand(args)
+	case "config":
+		if s.tx.open {
+			s.replyError(msgConfigHidden)
+			return
+		}
+		mark := s.exchange(cmd)
+		s.out = append(s.out[:mark], maskSecrets(s.out[mark:])...)
+	}
+}
+
+// secretParams are the config parameters that hold the upstream password.
+var secretParams = map[string]bool{"requirepass": true, "masterauth": true}
+
+// maskSecrets hides the values of secretParams in a CONFIG GET reply (a
+// flat array of name, value bulk strings), so the proxy's upstream password
+// never reaches a client. Other replies come back unchanged.
+func maskSecrets(reply []byte) []byte {
+	br := bufio.NewReader(bytes.NewReader(reply))
+	head, err := br.ReadSlice('\n')
+	if err != nil || head[0] != '*' {
+		return reply
+	}
+	out := append([]byte(nil), head...)
+	secret := false
+	for i := 0; ; i++ {
+		elem, err := resp.ReadReply(br, nil)
+		if err != nil {
+			return out
+		}
+		if i%2 == 1 && secret {
+			elem = resp.AppendBulk(nil, []byte("******"))
+		}
+		v, _ := resp.BulkValue(elem)
+		secret = i%2 == 0 && secretParams[strings.ToLower(string(v))]
+		out = append(out, elem...)
+	}
+}
+
+func (s *session) resetState() {
+	s.endTx()
+	s.db, s.name, s.shared = 0, nil, nil
+	s.authed = s.srv.config().Password == ""
+	s.rd.SetAuthRequired(!s.authed)
+}
+
+func wrongArity(name string) string {
+	return "ERR wrong number of arguments for '" + name + "' command"
+}
+
+// checkAuth authenticates as Redis's default user with the proxy's
+// password; with no password set, the default user takes any password.
+func (s *session) checkAuth(user, pass []byte) bool {
+	want := string(s.srv.config().Password)
+	if string(user) != "default" {
+		return false
+	}
+	if want == "" || subtle.ConstantTimeCompare(pass, []byte(want)) == 1 {
+		s.authed = true
+		s.rd.SetAuthRequired(false)
+		return true
+	}
+	return false
+}
+
+// auth answers AUTH as Redis 7.0 does.
+func (s *session) auth(args [][]byte) {
+	switch {
+	case len(args) < 2:
+		s.replyError(wrongArity("auth"))
+	case len(args) > 3:
+		s.replyError(msgSyntax)
+	case len(args) == 2 && s.srv.config().Password == "":
+		s.replyError(msgNoPassword)
+	case len(args) == 2 && s.checkAuth([]byte("default"), args[1]),
+		len(args) == 3 && s.checkAuth(args[1], args[2]):
+		s.reply([]byte("+OK\r\n"))
+	default:
+		s.replyError(msgWrongPass)
+	}
+}
+
+// hello answers HELLO as Redis 7.0 does for RESP2. The proxy relays RESP2
+// only, so "HELLO 3" gets NOPROTO, from which clients fall back to RESP2.
+// The server fields come from Redis; the id is the proxy's client id.
+func (s *session) hello(args [][]byte) {
+	if msg := helloVersionError(args); msg != "" {
+		s.replyError(msg)
+		return
+	}
+	if s.tx.open {
+		s.forward(&resp.Command{Args: args}) // Redis queues it
+		return
+	}
+	next := min(len(args), 2)
+	var user, pass, name []byte
+	for j := next; j < len(args); j++ {
+		more := len(args) - 1 - j
+		switch {
+		case bytes.EqualFold(args[j], []byte("auth")) && more >= 2:
+			user, pass = args[j+1], args[j+2]
+			j += 2
+		case bytes.EqualFold(args[j], []byte("setname")) && more >= 1:
+			name = args[j+1]
+			j++
+		default:
+			s.replyError("ERR Syntax error in HELLO option '" + string(args[j]) + "'")
+			return
+		}
+	}
+	if user != nil && !s.checkAuth(user, pass) {
+		s.replyError(msgWrongPass)
+		return
+	}
+	if !s.authed {
+		s.replyError(msgHelloNoAuth)
+		return
+	}
+	if name != nil && !s.setName(name) {
+		return
+	}
+	s.flush()
+	if s.pinned() {
+		// The client's own connection keeps its name and id upstream.
+		hello := [][]byte{[]byte("HELLO"), []byte("2")}
+		if name != nil {
+			hello = append(hello, []byte("SETNAME"), name)
+		}
+		s.forward(&resp.Command{Args: hello})
+		return
+	}
+	mark := s.exchange(&resp.Command{Args: [][]byte{[]byte("HELLO"), []byte("2")}})
+	reply := patchHelloID(s.out[mark:], s.id)
+	if s.srv.cluster != nil {
+		reply = standaloneHello(reply)
+	}
+	s.out = append(s.out[:mark], reply...)
+}
+
+// helloVersionError checks HELLO's protocol version: the proxy relays RESP2
+// only, so 3 gets NOPROTO, from which clients fall back to RESP2.
+func helloVersionError(args [][]byte) string {
+	if len(args) < 2 {
+		return ""
+	}
+	v, ok := resp.ParseInt(args[1])
+	switch {
+	case !ok:
+		return msgBadProtover
+	case v != 2:
+		return msgNoProto
+	}
+	return ""
+}
+
+// patchHelloID replaces the upstream connection's id in a HELLO reply with
+// the client's own, so HELLO and CLIENT ID agree.
+func patchHelloID(reply []byte, id uint64) []byte {
+	const field = "$2\r\nid\r\n:"
+	i := bytes.Index(reply, []byte(field))
+	if reply[0] != '*' || i < 0 {
+		return reply
+	}
+	start := i + len(field)
+	end := start + bytes.IndexByte(reply[start:], '\r')
+	patched := append([]byte(nil), reply[:start]...)
+	patched = strconv.AppendUint(patched, id, 10)
+	return append(patched, reply[end:]...)
+}
+
+// standaloneHello makes the HELLO replies in reply from a cluster node say
+// what clients of the proxy see: one standalone server.
+func standaloneHello(reply []byte) []byte {
+	return bytes.ReplaceAll(reply, []byte("$4\r\nmode\r\n$7\r\ncluster\r\n"), []byte("$4\r\nmode\r\n$10\r\nstandalone\r\n"))
+}
+
+// selectDB answers SELECT by moving the client to the shared connections of
+// the new db; Redis itself checks the index when the first one is dialed.
+// ownSelect follows a SELECT sent on the client's own connection: the
+// session's db is what Redis took, once it answers. Queued in MULTI, it
+// takes effect at EXEC, if at all: until the client selects again, the db
+// is unknown (-1), and hot keys are not served as such.
+func (s *session) ownSelect(cmd *resp.Command) {
+	if s.tx.open {
+		s.db = -1
+		return
+	}
+	mark := len(s.out)
+	s.flush()
+	if n, ok := resp.ParseInt(cmd.Args[1]); ok && string(s.out[mark:]) == "+OK\r\n" {
+		s.db = int(n)
+	}
+}
+
+func (s *session) selectDB(args [][]byte) {
+	if len(args) != 2 {
+		s.replyError(wrongArity("select"))
+		return
+	}
+	n, ok := resp.ParseInt(args[1])
+	if !ok {
+		s.replyError(msgNotInteger)
+		return
+	}
+	if n < -1<<31 || n > 1<<31-1 {
+		s.replyError(msgIntRange)
+		return
+	}
+	if n < 0 {
+		s.replyError("ERR DB index is out of range")
+		return
+	}
+	s.flush()
+	c, err := s.srv.pool.get(int(n), s.id)
+	if err != nil {
+		s.replyError(errorText(err))
+		return
+	}
+	s.db, s.shared = int(n), c
+	s.reply([]byte("+OK\r\n"))
+}
+
+// client answers CLIENT ID, SETNAME and GETNAME from the proxy's own state:
+// the shared connections have no per-client name or id.
+func (s *session) client(args [][]byte) {
+	sub := strings.ToLower(string(args[1]))
+	arity := map[string]int{"id": 2, "getname": 2, "setname": 3}[sub]
+	if len(args) != arity {
+		s.replyError(wrongArity("client|" + sub))
+		return
+	}
+	switch sub {
+	case "id":
+		s.reply(resp.AppendInt(nil, int64(s.id)))
+	case "getname":
+		if len(s.name) == 0 {
+			s.reply(resp.AppendNil(nil))
+		} else {
+			s.reply(resp.AppendBulk(nil, s.name))
+		}
+	case "setname":
+		if s.setName(args[2]) {
+			s.reply([]byte("+OK\r\n"))
+		}
+	}
+}
+
+// setName sets the client's name, or answers why it cannot be one.
+func (s *session) setName(name []byte) bool {
+	if !validName(name) {
+		s.replyError(msgBadName)
+		return false
+	}
+	s.name = append(s.name[:0:0], name...)
+	return true
+}
+
+// validName checks a client name as Redis does: printable ASCII without
+// spaces; empty clears it.
+func validName(name []byte) bool {
+	for _, c := range name {
+		if c < '!' || c > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// clusterSelect answers SELECT as Redis Cluster does: only db 0 exists.
+func (s *session) clusterSelect(args [][]byte) {
+	if len(args) != 2 {
+		s.replyError(wrongArity("select"))
+		return
+	}
+	n, ok := resp.ParseInt(args[1])
+	switch {
+	case !ok:
+		s.replyError(msgNotInteger)
+	case n < -1<<31 || n > 1<<31-1:
+		s.replyError(msgIntRange)
+	case n != 0:
+		s.replyError(msgSelectCluster)
+	default:
+		s.reply([]byte("+OK\r\n"))
+	}
+}

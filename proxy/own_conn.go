@@ -1,0 +1,257 @@
+package proxy
+
+import (
+	"bufio"
+	"errors"
+	"net"
+	"time"
+
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
+)
+
+// In cluster mode a client's own connection goes to one node, so it is
+// used only while something holds the client there: a transaction, whose
+// keys must then share one slot, as Redis Cluster requires; a blocking
+// command; a subscription. Everything else is routed by slot, also
+// between WATCH and MULTI: the watched keys live on the own connection's
+// node, and a write to them from a shared connection still touches them.
+
+// ownConn is an upstream connection that belongs to one client: for
+// transactions, blocking commands and pub/sub. The session uses it
+// synchronously, so it has no goroutines of its own.
+type ownConn struct {
+	nc net.Conn
+	br *bufio.Reader
+}
+
+func (s *session) setOwn(own *ownConn) {
+	s.own = own
+	s.ownMu.Lock()
+	defer s.ownMu.Unlock()
+	s.ownNC = nil
+	if own != nil {
+		s.ownNC = own.nc
+	}
+}
+
+func (s *session) ownRoundTrip(blocking bool) {
+	b := &s.b
+	if _, err := s.own.nc.Write(b.req); err != nil {
+		s.failBatch(0, b.n, err)
+		return
+	}
+	var stop func() (clientGone bool)
+	if blocking {
+		stop = s.watchClient()
+	}
+	okLen, done := len(s.out), 0
+	var err error
+	for ; done < b.n; done++ {
+		if s.out, err = resp.ReadReply(s.own.br, s.out); err != nil {
+			break
+		}
+		okLen = len(s.out)
+	}
+	if gone := stop != nil && stop(); gone && err != nil {
+		// The client left while Redis held its command, and we dropped
+		// it: close quietly, as Redis would. A reply that came first is
+		// still delivered (a half-closed client reads it).
+		s.out, s.quit = s.out[:okLen], true
+		return
+	}
+	if err != nil {
+		s.out = s.out[:okLen]
+		s.failBatch(done, b.n, err)
+	}
+}
+
+// watchClient reads from the client while a blocking command waits
+// upstream. Input is kept for the parser; a closed client closes the
+// upstream connection, which makes Redis drop the blocked command. The
+// returned func stops watching and reports whether the client left.
+func (s *session) watchClient() (stop func() (clientGone bool)) {
+	done := make(chan struct{})
+	var data []byte
+	var gone bool
+	own := s.own.nc
+	limit := int(s.srv.config().Limits.QueryBuffer)
+	if !s.srv.closing.Load() {
+		// Redis's timeout spares blocked clients; a deadline would also
+		// end the watch early and leave the command behind if the client
+		// then left. (Shutdown's deadline is kept: its stop aborts us.)
+		s.nc.SetReadDeadline(time.Time{})
+	}
+	go func() {
+		defer close(done)
+		buf := make([]byte, 4096)
+		for len(data) < limit {
+			n, err := s.nc.Read(buf)
+			data = append(data, buf[:n]...)
+			if err != nil {
+				var ne net.Error
+				if !errors.As(err, &ne) || !ne.Timeout() {
+					gone = true
+					own.Close()
+				}
+				return
+			}
+		}
+	}()
+	return func() bool {
+		s.nc.SetReadDeadline(time.Unix(1, 0))
+		<-done
+		s.nc.SetReadDeadline(time.Time{})
+		if len(data) > 0 {
+			s.rd.Feed(data)
+		}
+		return gone
+	}
+}
+
+// pin gives the client an upstream connection of its own to p's node, in
+// its db and with its name, after every request sent so far is answered.
+func (s *session) pin(p *pool) bool {
+	s.flush()
+	nc, br, err := p.dial(s.db)
+	if err == nil && len(s.name) > 0 {
+		nc.SetDeadline(time.Now().Add(p.timeout))
+		req := resp.AppendCommand(nil, []byte("CLIENT"), []byte("SETNAME"), s.name)
+		if _, err = nc.Write(req); err == nil {
+			_, err = resp.ReadReply(br, nil)
+		}
+		nc.SetDeadline(time.Time{})
+		if err != nil {
+			nc.Close()
+		}
+	}
+	if err != nil {
+		s.out = resp.AppendError(s.out, errorText(err))
+		return false
+	}
+	s.setOwn(&ownConn{nc: nc, br: br})
+	return true
+}
+
+// pinned reports whether requests go to the client's own connection.
+func (s *session) pinned() bool {
+	return s.own != nil && (s.srv.cluster == nil || s.cs.hold || s.streaming)
+}
+
+// ownOn makes own a connection to n, replacing one to another node.
+func (s *session) ownOn(n *node) bool {
+	if s.own != nil && s.cs.ownNode == n {
+		return true
+	}
+	if s.own != nil {
+		s.own.nc.Close()
+		s.setOwn(nil)
+		if s.tx.watching {
+			// The watch went with the connection: the transaction it
+			// guards must fail, as if a watched key had changed.
+			s.tx.watching, s.tx.watchLost = false, true
+		}
+	}
+	if !s.pin(n.pool) {
+		return false
+	}
+	s.cs.ownNode = n
+	return true
+}
+
+// ownExchange sends cmd on the client's own connection once every request
+// before it is answered, and returns where its reply starts in out. In
+// cluster mode it follows the redirections of a slot that moved since the
+// slot map was loaded: after MOVED, moveTo takes the client's connection
+// state to the node named (its own connection; a transaction) and cmd is
+// sent there; ASK is followed, with ASKING first, only when ask is set,
+// since a transaction or a WATCH cannot be split between two nodes.
+// blocking: cmd may block (see flushBlocking).
+func (s *session) ownExchange(cmd *resp.Command, blocking, ask bool, moveTo func(*node) bool) (mark int) {
+	for try := 0; ; try++ {
+		s.flush()
+		mark = len(s.out)
+		s.forward(cmd)
+		s.send(blocking)
+		addr, asking := parseRedirect(s.out[mark:])
+		if addr == "" || asking && !ask || s.quit {
+			return mark
+		}
+		s.out = s.out[:mark]
+		if try == maxHops {
+			s.out = resp.AppendError(s.out, msgSlotMoving)
+			return mark
+		}
+		if !asking {
+			s.srv.cluster.refresh()
+		}
+		if !moveTo(s.srv.cluster.node(addr)) {
+			return mark
+		}
+		if asking {
+			s.out = s.out[:s.exchange(&resp.Command{Args: [][]byte{[]byte("ASKING")}})]
+		}
+	}
+}
+
+// blockAside runs a blocking command on another node than the one whose
+// connection holds the client's WATCH, on a connection of its own for the
+// time, so that the watch stays.
+func (s *session) blockAside(cmd *resp.Command, n *node) {
+	watch, watchNode := s.own, s.cs.ownNode
+	s.setOwn(nil)
+	if s.ownOn(n) {
+		s.cs.hold = true
+		s.ownExchange(cmd, true, true, s.ownOn)
+		s.cs.hold = false
+		s.own.nc.Close()
+	}
+	s.setOwn(watch)
+	s.cs.ownNode = watchNode
+}
+
+// killEverywhere sends SCRIPT KILL or FUNCTION KILL to every master on
+// new connections, since the shared ones wait behind the busy script. The
+// reply is +OK when it killed one somewhere, else the first master's.
+func (s *session) killEverywhere(cmd *resp.Command) {
+	t, _, err := s.srv.cluster.current()
+	if err != nil {
+		s.replyError(errorText(err))
+		return
+	}
+	req := rawOf(cmd)
+	var first []byte
+	for _, n := range t.masters {
+		reply := killOn(n, req)
+		if string(reply) == "+OK\r\n" {
+			s.reply(reply)
+			return
+		}
+		if first == nil {
+			first = reply
+		}
+	}
+	s.reply(first)
+}
+
+func killOn(n *node, req []byte) []byte {
+	nc, br, err := n.pool.dial(0)
+	if err != nil {
+		return resp.AppendError(nil, errorText(err))
+	}
+	defer nc.Close()
+	if _, err = nc.Write(req); err == nil {
+		var reply []byte
+		if reply, err = resp.ReadReply(br, nil); err == nil {
+			return reply
+		}
+	}
+	return resp.AppendError(nil, errorText(err))
+}
+
+// rawOf is cmd as RESP, as it came when it came so.
+func rawOf(cmd *resp.Command) []byte {
+	if cmd.Raw != nil {
+		return cmd.Raw
+	}
+	return resp.AppendCommand(nil, cmd.Args...)
+}

@@ -1,0 +1,358 @@
+package proxy
+
+import (
+	"bytes"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/hotkeyproxy/hotkeyproxy/internal/hashslot"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
+)
+
+// startStream switches to stream mode: replies written so far go out first,
+// then relay owns the way from Redis to the client.
+func (s *session) startStream() {
+	s.flush()
+	if !s.write() {
+		s.quit = true
+	}
+	s.streaming = true
+	s.nc.SetReadDeadline(time.Time{}) // Redis's timeout spares subscribers too
+	s.relayDone = make(chan struct{})
+	go s.relay(s.own)
+}
+
+// streamMark is a reply relay looks out for: the reply to a request the
+// session sent to learn when everything before it has reached the client.
+type streamMark struct {
+	frame []byte        // the reply
+	pass  bool          // pass it on (RESET's +RESET) or drop it (the proxy's own)
+	stop  bool          // the stream ends with it
+	seen  chan struct{} // closed when relay got there
+	// alt is another reply that ends the wait, but not the stream: Redis
+	// refusing the request because the client is still subscribed.
+	alt    []byte
+	altHit bool // set by relay before seen is closed
+}
+
+// streamSync sends req, whose reply is m's frame, and waits until relay has
+// passed on every reply before it; false when the stream broke first.
+func (s *session) streamSync(req *resp.Command, m *streamMark) bool {
+	m.seen = make(chan struct{})
+	s.mark.Store(m)
+	s.forward(req)
+	s.flush()
+	select {
+	case <-m.seen:
+	case <-s.relayDone:
+		select {
+		case <-m.seen: // it stopped there, as m asked
+		default:
+			return false
+		}
+	}
+	if m.stop && !m.altHit {
+		<-s.relayDone
+	}
+	return true
+}
+
+func (s *session) relay(own *ownConn) {
+	defer close(s.relayDone)
+	var buf []byte
+	for {
+		start := len(buf)
+		var err error
+		buf, err = resp.ReadReply(own.br, buf)
+		if m := s.mark.Load(); err == nil && m != nil {
+			frame := buf[start:]
+			m.altHit = m.alt != nil && bytes.Equal(frame, m.alt)
+			if m.altHit || bytes.Equal(frame, m.frame) {
+				if !m.pass || m.altHit {
+					buf = buf[:start]
+				}
+				buf, err = s.relayWrite(buf)
+				s.mark.Store(nil)
+				close(m.seen)
+				if m.stop && !m.altHit || err != nil {
+					return
+				}
+				continue
+			}
+		}
+		if err == nil && own.br.Buffered() > 0 && len(buf) < maxPendingOut {
+			continue // more frames are here already: write them together
+		}
+		if len(buf) > 0 {
+			var werr error
+			if buf, werr = s.relayWrite(buf); werr != nil {
+				err = werr
+			}
+		}
+		if err != nil {
+			// Redis closed (QUIT) or failed: the client's subscriptions
+			// are gone, so is the client's connection.
+			if !s.draining.Load() {
+				s.w.wait() // what Redis said last (QUIT's +OK) goes out first
+				s.nc.Close()
+			}
+			return
+		}
+	}
+}
+
+// relayWrite passes frames from Redis on to the client, after whatever the
+// session wrote before, and returns a buffer to reuse.
+func (s *session) relayWrite(buf []byte) ([]byte, error) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	kept, err := s.w.write(buf)
+	if kept {
+		return nil, err
+	}
+	return buf[:0], err
+}
+
+// drainStream lets Redis answer, and relay pass on, everything sent before
+// the session ends with an error of its own, which must come last: it
+// half-closes the upstream connection, so Redis replies, then closes.
+func (s *session) drainStream() {
+	if !s.streaming {
+		return
+	}
+	s.draining.Store(true)
+	if tc, ok := s.own.nc.(*net.TCPConn); ok && tc.CloseWrite() == nil {
+		<-s.relayDone
+	}
+}
+
+// handleStreaming relays everything in stream mode: Redis refuses most
+// commands while subscribed, with its own text. Only a protocol switch is
+// stopped here, since the relay speaks RESP2.
+func (s *session) handleStreaming(cmd *resp.Command, name []byte) {
+	switch string(name) {
+	case "config":
+		if s.srv.cfg.Upstream.Password != "" {
+			s.replyError(msgConfigHidden)
+			s.write()
+			return
+		}
+	case "hello":
+		if len(cmd.Args) > 1 && string(cmd.Args[1]) == "3" {
+			// Redis must not switch this connection to RESP3. Version 4
+			// gets the answer the proxy gives HELLO 3 (NOPROTO), or while
+			// subscribed Redis's own refusal, in order with the rest.
+			args := append([][]byte{cmd.Args[0], []byte("4")}, cmd.Args[2:]...)
+			cmd = &resp.Command{Args: args}
+		}
+	case "reset":
+		// RESET ends the stream: relay stops after Redis's +RESET, and
+		// the client is back to request and reply on its own connection.
+		if !s.streamSync(cmd, &streamMark{frame: []byte("+RESET\r\n"), pass: true, stop: true}) {
+			s.quit = true
+			return
+		}
+		s.endStream()
+		s.resetState()
+		return
+	}
+	if s.srv.cluster != nil {
+		s.clusterStreaming(cmd, string(name))
+		return
+	}
+	s.forward(cmd)
+}
+
+// endStream returns the client to request and reply once relay stopped.
+func (s *session) endStream() {
+	s.streaming, s.relayDone = false, nil
+	clear(s.cs.subs)
+	s.cs.monitor = false
+}
+
+// clusterStream starts pub/sub or MONITOR on a node: the node of the shard
+// channel for SSUBSCRIBE, else the first master, which also gets every
+// PUBLISH and PUBSUB, so that their counts of subscribers are right
+// (cluster pub/sub delivers messages on every node, counts per node).
+// UNSUBSCRIBE and the like without a subscription are answered here, as
+// Redis does, so they cost no connection.
+func (s *session) clusterStream(cmd *resp.Command, c *command) {
+	name := c.name
+	if strings.HasSuffix(name, "unsubscribe") {
+		s.reply(unsubscribeReplies(cmd.Args, name))
+		return
+	}
+	t, slot, ok := s.clusterSlot(cmd, c)
+	if !ok {
+		return
+	}
+	n := t.masters[0]
+	if slot >= 0 {
+		n = t.slots[slot]
+	}
+	s.flush()
+	if !s.ownOn(n) {
+		return
+	}
+	if name == "ssubscribe" {
+		// The first reply says whether the map was right: a stale one
+		// gets MOVED, followed here before the stream starts.
+		s.cs.hold = true
+		mark := s.ownExchange(cmd, false, false, s.ownOn)
+		s.cs.hold = false
+		if !bytes.HasPrefix(s.out[mark:], []byte("*3\r\n")) {
+			return
+		}
+		s.startStream()
+		s.cs.subs = map[string]struct{}{}
+		for _, ch := range cmd.Args[1:] {
+			s.cs.subs["s"+string(ch)] = struct{}{}
+		}
+		return
+	}
+	s.startStream()
+	s.clusterStreaming(cmd, name)
+}
+
+// unsubscribeReplies is Redis's reply to an unsubscribe command from a
+// client with no subscriptions: one per channel named, or one with a nil
+// channel.
+func unsubscribeReplies(args [][]byte, name string) []byte {
+	one := func(b []byte, ch []byte) []byte {
+		b = resp.AppendArrayHeader(b, 3)
+		b = resp.AppendBulk(b, []byte(name))
+		if ch == nil {
+			b = resp.AppendNil(b)
+		} else {
+			b = resp.AppendBulk(b, ch)
+		}
+		return append(b, ":0\r\n"...)
+	}
+	if len(args) == 1 {
+		return one(nil, nil)
+	}
+	var b []byte
+	for _, ch := range args[1:] {
+		b = one(b, ch)
+	}
+	return b
+}
+
+// msgSubscribed is Redis 7.0's refusal of a command while subscribed.
+const msgSubscribed = "': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"
+
+// clusterStreaming sends a command of a streaming client to its node. The
+// proxy keeps count of the subscriptions, as Redis does (sets of channels,
+// patterns, shard channels), so that it knows when the last one is gone:
+// the client then leaves the stream and its commands are routed by slot
+// again. While subscribed, a command with keys is refused here, in order
+// with the stream: its node would answer MOVED first.
+func (s *session) clusterStreaming(cmd *resp.Command, name string) {
+	cs := &s.cs
+	switch name {
+	case "subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe":
+		unsub := strings.HasSuffix(name, "unsubscribe")
+		kind := "c" // subscribe, unsubscribe
+		if name[0] == 'p' || name[0] == 's' && name != "subscribe" {
+			kind = name[:1]
+		}
+		if kind == "s" && !s.shardChannelsHere(cmd.Args[1:]) {
+			s.streamReplyError(msgCrossSlot)
+			return
+		}
+		if cs.subs == nil {
+			cs.subs = make(map[string]struct{})
+		}
+		switch {
+		case unsub && len(cmd.Args) == 1:
+			for ch := range cs.subs {
+				if strings.HasPrefix(ch, kind) {
+					delete(cs.subs, ch)
+				}
+			}
+		case unsub:
+			for _, ch := range cmd.Args[1:] {
+				delete(cs.subs, kind+string(ch))
+			}
+		default:
+			for _, ch := range cmd.Args[1:] {
+				cs.subs[kind+string(ch)] = struct{}{}
+			}
+		}
+		s.forward(cmd)
+		if len(cs.subs) == 0 && !cs.monitor {
+			s.tryEndStream()
+		}
+		return
+	case "monitor":
+		cs.monitor = true
+	}
+	if _, keys, err := s.srv.cluster.current(); err == nil && len(cs.subs) > 0 {
+		if cs.keyIdx, _ = keys.Keys(cmd.Args, cs.keyIdx[:0]); len(cs.keyIdx) > 0 {
+			s.streamReplyError("ERR Can't execute '" + name + msgSubscribed)
+			return
+		}
+	}
+	s.forward(cmd)
+}
+
+// shardChannelsHere reports whether shard channels are served by the node
+// the client streams from: one connection cannot follow channels on
+// several masters. A channel in the slot of one already followed is here,
+// whatever a slot map not yet reloaded says.
+func (s *session) shardChannelsHere(channels [][]byte) bool {
+	t, _, err := s.srv.cluster.current()
+	if err != nil {
+		return true // the node will say
+	}
+	for _, ch := range channels {
+		slot := hashslot.Of(ch)
+		if t.slots[slot] != s.cs.ownNode && !s.followsSlot(slot) {
+			return false
+		}
+	}
+	return true
+}
+
+// followsSlot reports whether the client follows a shard channel in slot.
+func (s *session) followsSlot(slot uint16) bool {
+	for ch := range s.cs.subs {
+		if ch[0] == 's' && hashslot.Of([]byte(ch[1:])) == slot {
+			return true
+		}
+	}
+	return false
+}
+
+// streamReplyError answers a streaming client with an error of the
+// proxy's, after every reply to what it sent before.
+func (s *session) streamReplyError(msg string) {
+	nonce := []byte("hotkeyproxy-stream-sync")
+	frame := resp.AppendBulk(resp.AppendBulk(resp.AppendArrayHeader(nil, 2), []byte("pong")), nonce)
+	if !s.streamSync(&resp.Command{Args: [][]byte{[]byte("PING"), nonce}}, &streamMark{frame: frame}) {
+		s.quit = true
+		return
+	}
+	s.replyError(msg)
+	s.write()
+}
+
+// tryEndStream ends the stream once the proxy counts no subscription
+// left: an ECHO comes back when Redis agrees; while Redis still counts
+// one, it refuses the ECHO and the stream goes on.
+func (s *session) tryEndStream() {
+	nonce := []byte("hotkeyproxy-stream-end")
+	m := &streamMark{
+		frame: resp.AppendBulk(nil, nonce),
+		stop:  true,
+		alt:   resp.AppendError(nil, "ERR Can't execute 'echo"+msgSubscribed),
+	}
+	if !s.streamSync(&resp.Command{Args: [][]byte{[]byte("ECHO"), nonce}}, m) {
+		s.quit = true
+		return
+	}
+	if !m.altHit {
+		s.endStream()
+	}
+}
