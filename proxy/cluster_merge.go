@@ -25,15 +25,8 @@ const (
 	mergeInfo                    // INFO: one node's, plus the proxy's section
 )
 
-// Error replies with Redis Cluster's texts (cluster.c, Redis 7.0).
-const (
-	msgCrossSlot     = "CROSSSLOT Keys in request don't hash to the same slot"
-	msgSlotNotServed = "CLUSTERDOWN Hash slot not served"
-	msgSelectCluster = "ERR SELECT is not allowed in cluster mode"
-	msgClusterOff    = "ERR This instance has cluster support disabled"
-	msgExecAbort     = "EXECABORT Transaction discarded because of previous errors."
-	msgSlotMoving    = "TRYAGAIN hotkeyproxy: the slot is moving; try again"
-)
+// msgSlotMoving answers a command the cluster kept redirecting.
+const msgSlotMoving = "TRYAGAIN hotkeyproxy: the slot is moving; try again"
 
 // mergeReplies appends to dst the reply of c, whose parts answered
 // replies.

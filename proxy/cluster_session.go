@@ -8,6 +8,7 @@ import (
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/hashslot"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/keyspec"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
@@ -165,13 +166,13 @@ func (s *session) clusterSlot(cmd *resp.Command, c *command) (t *topology, slot 
 			if c.splits {
 				return t, -1, true
 			}
-			s.replyError(msgCrossSlot)
+			s.replyError(rediserr.CrossSlot)
 			return nil, -1, false
 		}
 	}
 	if t.slots[first] == nil {
 		s.srv.cluster.refresh()
-		s.replyError(msgSlotNotServed)
+		s.replyError(rediserr.SlotNotServed)
 		return nil, -1, false
 	}
 	return t, first, true
@@ -183,7 +184,7 @@ func (s *session) clusterSplit(t *topology, cmd *resp.Command, c *command, per i
 	pairs := c.pairs
 	if pairs && len(cmd.Args)%2 == 0 {
 		// A node would check the slots first and answer CROSSSLOT.
-		s.replyError(wrongArity(c.name))
+		s.replyError(rediserr.WrongArity(c.name))
 		return
 	}
 	prefix := cmd.Args[:s.cs.keyIdx[0]]
@@ -195,7 +196,7 @@ func (s *session) clusterSplit(t *topology, cmd *resp.Command, c *command, per i
 		slot := int(hashslot.Of(cmd.Args[i]))
 		if t.slots[slot] == nil {
 			s.srv.cluster.refresh()
-			s.replyError(msgSlotNotServed)
+			s.replyError(rediserr.SlotNotServed)
 			return
 		}
 		g, ok := group[slot]
@@ -231,11 +232,11 @@ func (s *session) clusterKeyless(t *topology, cmd *resp.Command, c *command) {
 		case 2:
 			s.reply(resp.AppendBulk(nil, args[1]))
 		default:
-			s.replyError(wrongArity(c.name))
+			s.replyError(rediserr.WrongArity(c.name))
 		}
 	case c.cluster == answerEcho:
 		if len(args) != 2 {
-			s.replyError(wrongArity(c.name))
+			s.replyError(rediserr.WrongArity(c.name))
 			return
 		}
 		s.reply(resp.AppendBulk(nil, args[1]))
@@ -314,14 +315,14 @@ func (s *session) clusterRefusal(args [][]byte, name string) string {
 	_, keys, _ := s.srv.cluster.current()
 	switch keys.Check(args) {
 	case keyspec.ErrUnknownSubcommand:
-		return "ERR unknown subcommand '" + string(args[1]) + "'. Try " + strings.ToUpper(name) + " HELP."
+		return rediserr.UnknownSubcommand(string(args[1]), strings.ToUpper(name))
 	case keyspec.ErrArity:
 		if len(args) > 1 && name == "cluster" {
 			name += "|" + strings.ToLower(string(args[1]))
 		}
-		return wrongArity(name)
+		return rediserr.WrongArity(name)
 	}
-	return msgClusterOff
+	return rediserr.ClusterOff
 }
 
 // broadcast sends cmd to every master.

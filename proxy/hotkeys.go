@@ -8,6 +8,7 @@ import (
 	"github.com/hotkeyproxy/hotkeyproxy/config"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/hashslot"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/keyspec"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 	"github.com/hotkeyproxy/hotkeyproxy/rewrite"
 )
@@ -213,7 +214,7 @@ func (s *session) hotCommand(cmd *resp.Command, c *command, name string) bool {
 // proxyCommand answers PROXY, the proxy's admin command.
 func (s *session) proxyCommand(args [][]byte) {
 	if len(args) < 2 {
-		s.replyError(wrongArity("proxy"))
+		s.replyError(rediserr.WrongArity("proxy"))
 		return
 	}
 	sub := strings.ToLower(string(args[1]))
@@ -226,7 +227,7 @@ func (s *session) proxyCommand(args [][]byte) {
 	}
 	arity := func(ok bool) bool {
 		if !ok {
-			s.replyError(wrongArity("proxy|" + sub))
+			s.replyError(rediserr.WrongArity("proxy|" + sub))
 		}
 		return ok
 	}
@@ -234,7 +235,7 @@ func (s *session) proxyCommand(args [][]byte) {
 	case "hotkeys":
 		switch {
 		case len(args) > 4:
-			s.replyError(wrongArity("proxy|hotkeys"))
+			s.replyError(rediserr.WrongArity("proxy|hotkeys"))
 		case len(args) == 2:
 			s.flush()
 			s.reply(s.srv.hot.Report())
@@ -310,6 +311,6 @@ func (s *session) proxyCommand(args [][]byte) {
 		}
 		s.reply(out)
 	default:
-		s.replyError("ERR unknown subcommand '" + string(args[1]) + "'. Try PROXY HELP.")
+		s.replyError(rediserr.UnknownSubcommand(string(args[1]), "PROXY"))
 	}
 }

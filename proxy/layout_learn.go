@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 
+	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 	"github.com/hotkeyproxy/hotkeyproxy/rewrite"
 )
@@ -163,7 +164,7 @@ func (s *session) retryFailed(args [][]byte, keyAt int, r []byte) []byte {
 		if e.DeductScript(args) {
 			return bytes.HasPrefix(r, []byte("-ERR user_script:")) || bytes.HasPrefix(r, []byte("-ERR Error running script"))
 		}
-		return string(r) == "-"+msgNotInteger+"\r\n" && !strings.HasPrefix(strings.ToLower(string(args[0])), "eval")
+		return string(r) == "-"+rediserr.NotInteger+"\r\n" && !strings.HasPrefix(strings.ToLower(string(args[0])), "eval")
 	}
 	for range 3 {
 		if !layoutFailure(r) {

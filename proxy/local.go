@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
@@ -25,7 +26,7 @@ func (s *session) local(cmd *resp.Command, name string) {
 		s.selectDB(args)
 	case "reset":
 		if len(args) != 1 {
-			s.replyError(wrongArity("reset"))
+			s.replyError(rediserr.WrongArity("reset"))
 			return
 		}
 		s.flush()
@@ -84,10 +85,6 @@ func (s *session) resetState() {
 	s.rd.SetAuthRequired(!s.authed)
 }
 
-func wrongArity(name string) string {
-	return "ERR wrong number of arguments for '" + name + "' command"
-}
-
 // checkAuth authenticates as Redis's default user with the proxy's
 // password; with no password set, the default user takes any password.
 func (s *session) checkAuth(user, pass []byte) bool {
@@ -107,16 +104,16 @@ func (s *session) checkAuth(user, pass []byte) bool {
 func (s *session) auth(args [][]byte) {
 	switch {
 	case len(args) < 2:
-		s.replyError(wrongArity("auth"))
+		s.replyError(rediserr.WrongArity("auth"))
 	case len(args) > 3:
-		s.replyError(msgSyntax)
+		s.replyError(rediserr.Syntax)
 	case len(args) == 2 && s.srv.config().Password == "":
-		s.replyError(msgNoPassword)
+		s.replyError(rediserr.NoPassword)
 	case len(args) == 2 && s.checkAuth([]byte("default"), args[1]),
 		len(args) == 3 && s.checkAuth(args[1], args[2]):
 		s.reply([]byte("+OK\r\n"))
 	default:
-		s.replyError(msgWrongPass)
+		s.replyError(rediserr.WrongPass)
 	}
 }
 
@@ -144,16 +141,16 @@ func (s *session) hello(args [][]byte) {
 			name = args[j+1]
 			j++
 		default:
-			s.replyError("ERR Syntax error in HELLO option '" + string(args[j]) + "'")
+			s.replyError(rediserr.HelloOption(string(args[j])))
 			return
 		}
 	}
 	if user != nil && !s.checkAuth(user, pass) {
-		s.replyError(msgWrongPass)
+		s.replyError(rediserr.WrongPass)
 		return
 	}
 	if !s.authed {
-		s.replyError(msgHelloNoAuth)
+		s.replyError(rediserr.HelloNoAuth)
 		return
 	}
 	if name != nil && !s.setName(name) {
@@ -186,9 +183,9 @@ func helloVersionError(args [][]byte) string {
 	v, ok := resp.ParseInt(args[1])
 	switch {
 	case !ok:
-		return msgBadProtover
+		return rediserr.BadProtover
 	case v != 2:
-		return msgNoProto
+		return rediserr.NoProto
 	}
 	return ""
 }
@@ -234,20 +231,20 @@ func (s *session) ownSelect(cmd *resp.Command) {
 
 func (s *session) selectDB(args [][]byte) {
 	if len(args) != 2 {
-		s.replyError(wrongArity("select"))
+		s.replyError(rediserr.WrongArity("select"))
 		return
 	}
 	n, ok := resp.ParseInt(args[1])
 	if !ok {
-		s.replyError(msgNotInteger)
+		s.replyError(rediserr.NotInteger)
 		return
 	}
 	if n < -1<<31 || n > 1<<31-1 {
-		s.replyError(msgIntRange)
+		s.replyError(rediserr.IntRange)
 		return
 	}
 	if n < 0 {
-		s.replyError("ERR DB index is out of range")
+		s.replyError(rediserr.DBRange)
 		return
 	}
 	s.flush()
@@ -266,7 +263,7 @@ func (s *session) client(args [][]byte) {
 	sub := strings.ToLower(string(args[1]))
 	arity := map[string]int{"id": 2, "getname": 2, "setname": 3}[sub]
 	if len(args) != arity {
-		s.replyError(wrongArity("client|" + sub))
+		s.replyError(rediserr.WrongArity("client|" + sub))
 		return
 	}
 	switch sub {
@@ -288,7 +285,7 @@ func (s *session) client(args [][]byte) {
 // setName sets the client's name, or answers why it cannot be one.
 func (s *session) setName(name []byte) bool {
 	if !validName(name) {
-		s.replyError(msgBadName)
+		s.replyError(rediserr.BadName)
 		return false
 	}
 	s.name = append(s.name[:0:0], name...)
@@ -309,17 +306,17 @@ func validName(name []byte) bool {
 // clusterSelect answers SELECT as Redis Cluster does: only db 0 exists.
 func (s *session) clusterSelect(args [][]byte) {
 	if len(args) != 2 {
-		s.replyError(wrongArity("select"))
+		s.replyError(rediserr.WrongArity("select"))
 		return
 	}
 	n, ok := resp.ParseInt(args[1])
 	switch {
 	case !ok:
-		s.replyError(msgNotInteger)
+		s.replyError(rediserr.NotInteger)
 	case n < -1<<31 || n > 1<<31-1:
-		s.replyError(msgIntRange)
+		s.replyError(rediserr.IntRange)
 	case n != 0:
-		s.replyError(msgSelectCluster)
+		s.replyError(rediserr.SelectCluster)
 	default:
 		s.reply([]byte("+OK\r\n"))
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
 	"github.com/hotkeyproxy/hotkeyproxy/hotkey"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
@@ -61,7 +62,7 @@ func (s *Server) SetReloader(reload func() error) { s.reloader = reload }
 func (s *session) configCommand(args [][]byte) {
 	switch sub := strings.ToLower(string(args[2])); {
 	case sub == "reload" && len(args) != 3, sub == "get" && len(args) > 4:
-		s.replyError(wrongArity("proxy|config|" + sub))
+		s.replyError(rediserr.WrongArity("proxy|config|" + sub))
 	case sub == "reload":
 		reload := s.srv.reloader
 		err := errNoReloader
@@ -89,7 +90,7 @@ func (s *session) configCommand(args [][]byte) {
 		}
 		s.reply(append(resp.AppendArrayHeader(nil, 2*n), out...))
 	default:
-		s.replyError("ERR unknown subcommand 'config|" + string(args[2]) + "'. Try PROXY HELP.")
+		s.replyError(rediserr.UnknownSubcommand("config|"+string(args[2]), "PROXY"))
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/keyspec"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
 	"github.com/hotkeyproxy/hotkeyproxy/rewrite"
 )
 
@@ -147,7 +148,7 @@ func (s *Server) accept(nc net.Conn) {
 		s.mu.Unlock()
 		if full {
 			s.m.rejectedClients.Inc()
-			nc.Write([]byte("-" + msgMaxClients + "\r\n"))
+			nc.Write([]byte("-" + rediserr.MaxClients + "\r\n"))
 		}
 		nc.Close()
 		return

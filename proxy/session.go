@@ -7,26 +7,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
-// Error replies with Redis 7.0's exact texts.
-const (
-	msgNoAuth      = "NOAUTH Authentication required."
-	msgWrongPass   = "WRONGPASS invalid username-password pair or user is disabled."
-	msgNoPassword  = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
-	msgSyntax      = "ERR syntax error"
-	msgNotInteger  = "ERR value is not an integer or out of range"
-	msgIntRange    = "ERR value is out of range, value must between -2147483648 and 2147483647"
-	msgBadName     = "ERR Client names cannot contain spaces, newlines or special characters."
-	msgNoProto     = "NOPROTO unsupported protocol version"
-	msgBadProtover = "ERR Protocol version is not an integer or out of range"
-	msgHelloNoAuth = "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"
-	msgMaxClients  = "ERR max number of clients reached"
-	// The reply can only be masked when it is not inside EXEC's array or a
-	// stream: there it is refused, so the upstream password stays hidden.
-	msgConfigHidden = "ERR CONFIG GET is not supported by hotkeyproxy inside MULTI or after SUBSCRIBE when it has an upstream password"
-)
+// msgConfigHidden: a CONFIG GET reply can only be masked when it is not
+// inside EXEC's array or a stream: there it is refused, so the upstream
+// password stays hidden.
+const msgConfigHidden = "ERR CONFIG GET is not supported by hotkeyproxy inside MULTI or after SUBSCRIBE when it has an upstream password"
 
 // Flush thresholds: a long pipeline is sent upstream, and its replies
 // written to the client, in pieces of about this size.
@@ -125,7 +113,7 @@ func (s *session) serve() {
 			case errors.Is(err, resp.ErrQueryBufferExceeded):
 				s.srv.log.Warn("closing client that reached the query buffer limit",
 					"client", s.nc.RemoteAddr().String(), "limit", s.srv.config().Limits.QueryBuffer.String())
-				s.out = resp.AppendError(s.out, "ERR max query buffer length reached, closing connection")
+				s.out = resp.AppendError(s.out, rediserr.QueryBuffer)
 			default:
 				return
 			}
@@ -199,7 +187,7 @@ func (s *session) handle(cmd *resp.Command) {
 	c, name := lookup(cmd.Args, &s.nameBuf)
 	s.m.add(s.srv.m, c, s.streaming)
 	if !s.authed && !c.noAuth {
-		s.replyError(msgNoAuth)
+		s.replyError(rediserr.NoAuth)
 		return
 	}
 	if s.streaming {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/hashslot"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
@@ -239,9 +240,6 @@ func unsubscribeReplies(args [][]byte, name string) []byte {
 	return b
 }
 
-// msgSubscribed is Redis 7.0's refusal of a command while subscribed.
-const msgSubscribed = "': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"
-
 // clusterStreaming sends a command of a streaming client to its node. The
 // proxy keeps count of the subscriptions, as Redis does (sets of channels,
 // patterns, shard channels), so that it knows when the last one is gone:
@@ -258,7 +256,7 @@ func (s *session) clusterStreaming(cmd *resp.Command, name string) {
 			kind = name[:1]
 		}
 		if kind == "s" && !s.shardChannelsHere(cmd.Args[1:]) {
-			s.streamReplyError(msgCrossSlot)
+			s.streamReplyError(rediserr.CrossSlot)
 			return
 		}
 		if cs.subs == nil {
@@ -290,7 +288,7 @@ func (s *session) clusterStreaming(cmd *resp.Command, name string) {
 	}
 	if _, keys, err := s.srv.cluster.current(); err == nil && len(cs.subs) > 0 {
 		if cs.keyIdx, _ = keys.Keys(cmd.Args, cs.keyIdx[:0]); len(cs.keyIdx) > 0 {
-			s.streamReplyError("ERR Can't execute '" + name + msgSubscribed)
+			s.streamReplyError(rediserr.Subscribed(name))
 			return
 		}
 	}
@@ -346,7 +344,7 @@ func (s *session) tryEndStream() {
 	m := &streamMark{
 		frame: resp.AppendBulk(nil, nonce),
 		stop:  true,
-		alt:   resp.AppendError(nil, "ERR Can't execute 'echo"+msgSubscribed),
+		alt:   resp.AppendError(nil, rediserr.Subscribed("echo")),
 	}
 	if !s.streamSync(&resp.Command{Args: [][]byte{[]byte("ECHO"), nonce}}, m) {
 		s.quit = true

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 
+	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
@@ -47,7 +48,7 @@ func (s *session) multi(cmd *resp.Command) {
 func (s *session) endOwnTx(cmd *resp.Command, name string) {
 	if name == "exec" && s.tx.dirty {
 		mark := s.exchange(&resp.Command{Args: [][]byte{[]byte("DISCARD")}})
-		s.out = resp.AppendError(s.out[:mark], msgExecAbort)
+		s.out = resp.AppendError(s.out[:mark], rediserr.ExecAbort)
 	} else {
 		s.forward(cmd)
 	}
@@ -101,7 +102,7 @@ func (s *session) clusterOwn(cmd *resp.Command, c *command) {
 			return
 		}
 		if name == "watch" && s.tx.watching && slot != s.tx.slot {
-			s.replyError(msgCrossSlot)
+			s.replyError(rediserr.CrossSlot)
 			return
 		}
 		s.flush()
@@ -143,7 +144,7 @@ func (s *session) clusterTx(cmd *resp.Command, c *command) bool {
 		return true
 	}
 	if slot < 0 && len(cs.keyIdx) > 0 { // several slots: nothing splits here
-		s.replyError(msgCrossSlot)
+		s.replyError(rediserr.CrossSlot)
 		s.tx.dirty = true
 		return true
 	}
@@ -151,7 +152,7 @@ func (s *session) clusterTx(cmd *resp.Command, c *command) bool {
 	case name == "watch":
 		// Redis's refusal; the transaction goes on (a node would answer
 		// MOVED first for a key of another slot).
-		s.replyError("ERR WATCH inside MULTI is not allowed")
+		s.replyError(rediserr.WatchInMulti)
 		return true
 	case c.route == routeStream, c.spans:
 		s.replyError("ERR hotkeyproxy: " + refusedName(cmd.Args) + " inside MULTI is not supported in cluster mode")
@@ -168,7 +169,7 @@ func (s *session) clusterTx(cmd *resp.Command, c *command) bool {
 			s.tx.dirty = true
 			return true
 		}
-		script := "return redis.error_reply('" + msgClusterOff + "')"
+		script := "return redis.error_reply('" + rediserr.ClusterOff + "')"
 		cmd = &resp.Command{Args: [][]byte{[]byte("EVAL"), []byte(script), []byte("0")}}
 	}
 	switch {
@@ -180,7 +181,7 @@ func (s *session) clusterTx(cmd *resp.Command, c *command) bool {
 		s.txFirstKey(cmd)
 		return true
 	case slot >= 0 && slot != s.tx.slot:
-		s.replyError(msgCrossSlot)
+		s.replyError(rediserr.CrossSlot)
 		s.tx.dirty = true
 		return true
 	case slot < 0 && s.tx.slot < 0:
@@ -194,7 +195,7 @@ func (s *session) clusterTx(cmd *resp.Command, c *command) bool {
 		switch {
 		case name == "exec" && s.tx.dirty:
 			mark := s.exchange(&resp.Command{Args: [][]byte{[]byte("DISCARD")}})
-			s.out = resp.AppendError(s.out[:mark], msgExecAbort)
+			s.out = resp.AppendError(s.out[:mark], rediserr.ExecAbort)
 		case name == "exec" && s.tx.watchLost:
 			mark := s.exchange(&resp.Command{Args: [][]byte{[]byte("DISCARD")}})
 			s.out = append(s.out[:mark], "*-1\r\n"...)

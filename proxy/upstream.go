@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
@@ -37,7 +38,7 @@ type dialer struct {
 
 // dial connects, authenticates and selects db, all within the dial timeout.
 // A Redis error reply to SELECT comes back as RedisError so the client sees
-// Redis's own text ("ERR DB index is out of range").
+// Redis's own text (rediserr.DBRange).
 func (d *dialer) dial(db int) (net.Conn, *bufio.Reader, error) {
 	nc, err := net.DialTimeout("tcp", d.addr, d.timeout)
 	if err != nil {
@@ -422,7 +423,7 @@ func (p *pool) get(db int, id uint64) (*sharedConn, error) {
 	}
 	nc, br, err := p.dial(db)
 	var refused RedisError
-	if errors.As(err, &refused) && strings.HasPrefix(string(refused), "ERR DB index is out of range") {
+	if errors.As(err, &refused) && strings.HasPrefix(string(refused), rediserr.DBRange) {
 		p.mu.Lock()
 		if p.noDB == 0 || db < p.noDB {
 			p.noDB, p.noDBErr = db, refused
