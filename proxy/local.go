@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/subtle"
 	"strconv"
@@ -57,25 +56,20 @@ var secretParams = map[string]bool{"requirepass": true, "masterauth": true}
 // flat array of name, value bulk strings), so the proxy's upstream password
 // never reaches a client. Other replies come back unchanged.
 func maskSecrets(reply []byte) []byte {
-	br := bufio.NewReader(bytes.NewReader(reply))
-	head, err := br.ReadSlice('\n')
-	if err != nil || head[0] != '*' {
+	elems, ok := resp.ArrayElems(reply, nil)
+	if !ok {
 		return reply
 	}
-	out := append([]byte(nil), head...)
-	secret := false
-	for i := 0; ; i++ {
-		elem, err := resp.ReadReply(br, nil)
-		if err != nil {
-			return out
+	out := resp.AppendArrayHeader(nil, len(elems))
+	for i, e := range elems {
+		if i%2 == 1 {
+			if name, _ := resp.BulkValue(elems[i-1]); secretParams[strings.ToLower(string(name))] {
+				e = resp.AppendBulk(nil, []byte("******"))
+			}
 		}
-		if i%2 == 1 && secret {
-			elem = resp.AppendBulk(nil, []byte("******"))
-		}
-		v, _ := resp.BulkValue(elem)
-		secret = i%2 == 0 && secretParams[strings.ToLower(string(v))]
-		out = append(out, elem...)
+		out = append(out, e...)
 	}
+	return out
 }
 
 func (s *session) resetState() {

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"errors"
 	"log/slog"
 	"net"
@@ -221,7 +220,7 @@ func (sm *sessionMetrics) replied(out []byte) {
 	n := 0
 	for _, c := range sm.queue {
 		isErr := len(out) > 0 && out[0] == '-'
-		out = out[replyLen(out):]
+		out = out[resp.FrameLen(out):]
 		if c == run && isErr == runErr {
 			n++
 			continue
@@ -302,51 +301,6 @@ func (h *commandHistograms) Collect(ch chan<- prometheus.Metric) {
 		sum := time.Duration(c.seconds.sum.Load()).Seconds()
 		ch <- prometheus.MustNewConstHistogram(h.desc, count, sum, buckets, c.label)
 	}
-}
-
-// replyLen is the length of the first reply in b, or len(b) when b does
-// not hold a complete one. The aggregate types of RESP3 are walked too.
-func replyLen(b []byte) int {
-	off := 0
-	for pending := 1; pending > 0; pending-- {
-		n, next, ok := headerInt(b, off)
-		if !ok {
-			eol := bytes.IndexByte(b[off:], '\n')
-			if eol < 0 {
-				return len(b)
-			}
-			off += eol + 1
-			continue
-		}
-		switch b[off] {
-		case '$', '=', '!': // bulk string, verbatim string, blob error
-			if n > int64(len(b)-next-2) {
-				return len(b)
-			}
-			next += int(n) + 2
-		case '*', '~', '>': // array, set, push
-			pending += int(min(n, int64(len(b))))
-		case '%', '|': // map, attribute: n pairs
-			pending += 2 * int(min(n, int64(len(b))))
-		}
-		off = next
-	}
-	return off
-}
-
-// headerInt reads the line at b[off:] as a type byte, a non-negative
-// decimal and CRLF, without a search for the end of the line: the headers
-// of bulk strings and arrays, most of what replyLen reads. ok is false
-// for any other line (a status, an error, a nil) and a truncated one.
-func headerInt(b []byte, off int) (n int64, next int, ok bool) {
-	i := off + 1
-	for ; i < len(b) && '0' <= b[i] && b[i] <= '9'; i++ {
-		n = min(n*10+int64(b[i]-'0'), 1<<40) // more than any reply is long
-	}
-	if i == off+1 || i+1 >= len(b) || b[i] != '\r' || b[i+1] != '\n' {
-		return 0, 0, false
-	}
-	return n, i + 2, true
 }
 
 // Register adds a collector to the server's registry, the one /metrics

@@ -380,41 +380,6 @@ func TestClusterMetrics(t *testing.T) {
 	}
 }
 
-// TestReplyLen walks the replies the session writes, and never reads past
-// a truncated or malformed one.
-func TestReplyLen(t *testing.T) {
-	tests := []struct {
-		name string
-		in   string
-		want int
-	}{
-		{"status", "+OK\r\n:1\r\n", 5},
-		{"error", "-ERR x y\r\n+OK\r\n", 10},
-		{"int", ":-12\r\n", 6},
-		{"bulk", "$3\r\nfoo\r\n+OK\r\n", 9},
-		{"bulk with CRLF inside", "$4\r\n\r\n\r\n+OK\r\n", 10},
-		{"nil", "$-1\r\n+OK\r\n", 5},
-		{"nil array", "*-1\r\n+OK\r\n", 5},
-		{"empty array", "*0\r\n+OK\r\n", 4},
-		{"nested array", "*2\r\n*1\r\n$1\r\na\r\n:2\r\n+OK\r\n", 19},
-		{"map", "%1\r\n+k\r\n:1\r\n+OK\r\n", 12},
-		{"truncated bulk", "$10\r\nabc", 8},
-		{"truncated array", "*3\r\n:1\r\n", 8},
-		{"huge bulk length", "$9223372036854775807\r\nab\r\n", 26},
-		{"huge array length", "*9223372036854775807\r\n:1\r\n", 26},
-		{"no CRLF", "+OK", 3},
-		{"empty line", "\r\n+OK\r\n", 2},
-		{"empty", "", 0},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := replyLen([]byte(tc.in)); got != tc.want {
-				t.Errorf("replyLen(%q) = %d, want %d", tc.in, got, tc.want)
-			}
-		})
-	}
-}
-
 // TestCommandLabels: every label names one command of the table, and
 // every command and subcommand has its command's label.
 func TestCommandLabels(t *testing.T) {

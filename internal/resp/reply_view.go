@@ -7,30 +7,52 @@ import "bytes"
 // They trust the framing ReadReply checked and report ok=false for a reply
 // of another type than asked.
 
-// FrameLen is the length of the first reply in b, which must start with a
-// complete reply framed by ReadReply. RESP3's aggregate and blob types
-// are counted too, so a client that said HELLO 3 is walked right.
+// FrameLen is the length of the first reply in b, or len(b) when b does
+// not hold a complete one: a truncated or malformed reply is never read
+// past. RESP3's aggregate and blob types are walked too.
 func FrameLen(b []byte) int {
 	off := 0
 	for pending := 1; pending > 0; pending-- {
-		eol := bytes.IndexByte(b[off:], '\n') + 1
-		line := b[off : off+eol-2]
-		off += eol
-		n, _ := ParseInt(line[1:])
-		switch line[0] {
-		case '$', '=', '!': // bulk string, verbatim string, blob error
-			if n >= 0 {
-				off += int(n) + 2
+		n, next, ok := headerInt(b, off)
+		if !ok {
+			eol := bytes.IndexByte(b[off:], '\n')
+			if eol < 0 {
+				return len(b)
 			}
-		case '*', '~', '>': // array, set, push
-			pending += max(int(n), 0)
-		case '%': // map: n pairs
-			pending += 2 * max(int(n), 0)
-		case '|': // attribute: n pairs, then the reply it is about
-			pending += 2*max(int(n), 0) + 1
+			off += eol + 1
+			continue
 		}
+		switch b[off] {
+		case '$', '=', '!': // bulk string, verbatim string, blob error
+			if n > int64(len(b)-next-2) {
+				return len(b)
+			}
+			next += int(n) + 2
+		case '*', '~', '>': // array, set, push
+			pending += int(min(n, int64(len(b))))
+		case '%': // map: n pairs
+			pending += 2 * int(min(n, int64(len(b))))
+		case '|': // attribute: n pairs, then the reply they are about
+			pending += 2*int(min(n, int64(len(b)))) + 1
+		}
+		off = next
 	}
 	return off
+}
+
+// headerInt reads the non-negative length after the type byte at off, for
+// the headers of bulk strings and aggregates. ok is false for a negative or
+// missing one (nil, a line without a length), or a header cut short; next
+// is where the header's line ends.
+func headerInt(b []byte, off int) (n int64, next int, ok bool) {
+	i := off + 1
+	for ; i < len(b) && '0' <= b[i] && b[i] <= '9'; i++ {
+		n = min(n*10+int64(b[i]-'0'), 1<<40) // more than any reply is long
+	}
+	if i == off+1 || i+1 >= len(b) || b[i] != '\r' || b[i+1] != '\n' {
+		return 0, 0, false
+	}
+	return n, i + 2, true
 }
 
 // ArrayElems appends the raw elements of an array reply to dst; ok is false
