@@ -13,72 +13,9 @@ import (
 	"time"
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/redistest"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
-
-// fakeBackend is a RESP server that echoes each command's last argument as
-// a bulk reply, so a client can tell whose reply it got. After failAfter
-// commands (when > 0) it drops the connection it is serving.
-type fakeBackend struct {
-	ln        net.Listener
-	failAfter int64
-	delay     time.Duration // before answering each burst of requests
-	served    atomic.Int64
-	bursts    atomic.Int64 // reads that brought at least one request
-	conns     atomic.Int64
-}
-
-func startFakeBackend(t *testing.T, failAfter int64, delay time.Duration) *fakeBackend {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fb := &fakeBackend{ln: ln, failAfter: failAfter, delay: delay}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			nc, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			fb.conns.Add(1)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				fb.serve(nc)
-			}()
-		}
-	}()
-	return fb
-}
-
-func (fb *fakeBackend) serve(nc net.Conn) {
-	defer nc.Close()
-	rd := resp.NewCommandReader(nc, 1<<20, 1<<20)
-	var out []byte
-	for {
-		cmds, err := rd.ReadCommands()
-		if len(cmds) > 0 {
-			fb.bursts.Add(1)
-			time.Sleep(fb.delay)
-		}
-		for _, c := range cmds {
-			if n := fb.served.Add(1); fb.failAfter > 0 && n%fb.failAfter == 0 {
-				nc.Write(out)
-				return
-			}
-			out = resp.AppendBulk(out, c.Args[len(c.Args)-1])
-		}
-		if _, werr := nc.Write(out); werr != nil || err != nil {
-			return
-		}
-		out = out[:0]
-	}
-}
 
 func startTestProxy(t *testing.T, upstream string, edit func(*config.Config)) string {
 	t.Helper()
@@ -104,8 +41,8 @@ func startTestProxy(t *testing.T, upstream string, edit func(*config.Config)) st
 // TestSharedConnOrder has many clients pipeline through few shared upstream
 // connections; each must get exactly its own replies, in order.
 func TestSharedConnOrder(t *testing.T) {
-	fb := startFakeBackend(t, 0, 0)
-	addr := startTestProxy(t, fb.ln.Addr().String(), func(c *config.Config) { c.Upstream.ConnsPerNode = 2 })
+	be := redistest.StartBackend(t, redistest.BackendOptions{})
+	addr := startTestProxy(t, be.Addr(), func(c *config.Config) { c.Upstream.ConnsPerNode = 2 })
 
 	const clients, rounds, depth = 40, 50, 16
 	var wg sync.WaitGroup
@@ -124,10 +61,10 @@ func TestSharedConnOrder(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if got, want := fb.served.Load(), int64(clients*rounds*depth); got != want {
+	if got, want := be.Served(), int64(clients*rounds*depth); got != want {
 		t.Errorf("backend served %d commands, want %d", got, want)
 	}
-	if n := fb.conns.Load(); n > 2 {
+	if n := be.Conns(); n > 2 {
 		t.Errorf("backend saw %d connections, want at most conns_per_node=2", n)
 	}
 }
@@ -175,12 +112,12 @@ func pipelineEcho(addr string, client, rounds, depth int) error {
 // TestPipelineBatched: a client's pipeline reaches Redis in a few writes,
 // not one round trip per command, even when Redis is slow to answer.
 func TestPipelineBatched(t *testing.T) {
-	fb := startFakeBackend(t, 0, 20*time.Millisecond)
-	addr := startTestProxy(t, fb.ln.Addr().String(), nil)
+	be := redistest.StartBackend(t, redistest.BackendOptions{Delay: 20 * time.Millisecond})
+	addr := startTestProxy(t, be.Addr(), nil)
 	if err := pipelineEcho(addr, 0, 1, 300); err != nil {
 		t.Fatal(err)
 	}
-	if n := fb.bursts.Load(); n > 3 {
+	if n := be.Bursts(); n > 3 {
 		t.Errorf("300 pipelined commands reached the backend in %d bursts, want them batched", n)
 	}
 }
@@ -189,8 +126,14 @@ func TestPipelineBatched(t *testing.T) {
 // while clients pipeline: every request gets its own reply or an error
 // reply, in order, nobody hangs, and the proxy redials.
 func TestSharedConnFailure(t *testing.T) {
-	fb := startFakeBackend(t, 100, 0)
-	addr := startTestProxy(t, fb.ln.Addr().String(), nil)
+	var served atomic.Int64
+	be := redistest.StartBackend(t, redistest.BackendOptions{Answer: func(args []string) redistest.Reply {
+		if served.Add(1)%100 == 0 {
+			return redistest.Reply{Drop: true}
+		}
+		return redistest.Echo(args)
+	}})
+	addr := startTestProxy(t, be.Addr(), nil)
 
 	const clients, rounds, depth = 8, 40, 8
 	var wg sync.WaitGroup
@@ -235,8 +178,8 @@ func TestSharedConnFailure(t *testing.T) {
 	if failed.Load() == 0 || ok.Load() == 0 {
 		t.Errorf("ok=%d failed=%d: want both, the backend drops every 100 commands", ok.Load(), failed.Load())
 	}
-	if fb.conns.Load() < 2 {
-		t.Errorf("proxy dialed %d times, want redials after failures", fb.conns.Load())
+	if be.Conns() < 2 {
+		t.Errorf("proxy dialed %d times, want redials after failures", be.Conns())
 	}
 }
 
@@ -244,28 +187,11 @@ func TestSharedConnFailure(t *testing.T) {
 // server that accepts but never answers AUTH), clients queued behind one
 // dial share its failure instead of each waiting a timeout of their own.
 func TestDialFailureShared(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		var held []net.Conn // accepted, never answered
-		defer func() {
-			for _, c := range held {
-				c.Close()
-			}
-		}()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			held = append(held, c)
-		}
-	}()
+	be := redistest.StartBackend(t, redistest.BackendOptions{Answer: func([]string) redistest.Reply {
+		return redistest.Reply{Stall: true}
+	}})
 	const timeout = 300 * time.Millisecond
-	addr := startTestProxy(t, ln.Addr().String(), func(c *config.Config) {
+	addr := startTestProxy(t, be.Addr(), func(c *config.Config) {
 		c.Upstream.Password = "x"
 		c.Upstream.DialTimeout = config.Duration(timeout)
 		c.Upstream.ConnsPerNode = 1
