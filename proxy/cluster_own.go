@@ -6,6 +6,7 @@ import (
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/hashslot"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/proxy/upstream"
 )
 
 // In cluster mode a client's own connection goes to one node, so it is
@@ -17,11 +18,11 @@ import (
 
 // pinned reports whether requests go to the client's own connection.
 func (s *session) pinned() bool {
-	return s.own != nil && (s.srv.cluster == nil || s.cs.hold || s.streaming)
+	return s.own != nil && (s.srv.up.Cluster == nil || s.cs.hold || s.streaming)
 }
 
 // ownOn makes own a connection to n, replacing one to another node.
-func (s *session) ownOn(n *node) bool {
+func (s *session) ownOn(n *upstream.Node) bool {
 	if s.own != nil && s.cs.ownNode == n {
 		return true
 	}
@@ -34,7 +35,7 @@ func (s *session) ownOn(n *node) bool {
 			s.cs.watching, s.cs.watchLost = false, true
 		}
 	}
-	if !s.pin(n.pool) {
+	if !s.pin(n.Pool) {
 		return false
 	}
 	s.cs.ownNode = n
@@ -47,9 +48,9 @@ func (s *session) ownOn(n *node) bool {
 func (s *session) clusterOwn(cmd *resp.Command, name string) {
 	switch name {
 	case "multi":
-		t, _, err := s.srv.cluster.current()
+		t, _, err := s.srv.up.Cluster.Current()
 		if err != nil {
-			s.replyError(errorText(err))
+			s.replyError(upstream.ErrorText(err))
 			return
 		}
 		s.flush()
@@ -88,11 +89,11 @@ func (s *session) clusterOwn(cmd *resp.Command, name string) {
 			return
 		}
 		s.flush()
-		if name != "watch" && s.cs.watching && t.slots[slot] != s.cs.ownNode {
-			s.blockAside(cmd, t.slots[slot])
+		if name != "watch" && s.cs.watching && t.Slots[slot] != s.cs.ownNode {
+			s.blockAside(cmd, t.Slots[slot])
 			return
 		}
-		if !s.ownOn(t.slots[slot]) {
+		if !s.ownOn(t.Slots[slot]) {
 			return
 		}
 		s.cs.hold = true
@@ -145,7 +146,7 @@ func (s *session) clusterTx(cmd *resp.Command, name string) bool {
 		// Queued as a standalone Redis queues them, and failing at EXEC
 		// with its words; never run on the node, whose answer would
 		// name nodes.
-		_, keys, _ := s.srv.cluster.current()
+		_, keys, _ := s.srv.up.Cluster.Current()
 		if keys.Check(cmd.Args) != nil {
 			s.replyError(s.clusterRefusal(cmd.Args, name))
 			cs.txDirty = true
@@ -156,7 +157,7 @@ func (s *session) clusterTx(cmd *resp.Command, name string) bool {
 	}
 	switch {
 	case slot >= 0 && cs.txSlot < 0:
-		if t.slots[slot] != cs.ownNode && !s.moveTx(t.slots[slot]) {
+		if t.Slots[slot] != cs.ownNode && !s.moveTx(t.Slots[slot]) {
 			return true
 		}
 		cs.txSlot = slot
@@ -219,7 +220,7 @@ func (s *session) endTx() {
 
 // moveTx moves an open transaction that has seen no key yet to n: it is
 // discarded where it ran and started again on n, its replies already given.
-func (s *session) moveTx(n *node) bool {
+func (s *session) moveTx(n *upstream.Node) bool {
 	cs := &s.cs
 	s.flush()
 	s.forward(&resp.Command{Args: [][]byte{[]byte("DISCARD")}})
@@ -230,7 +231,7 @@ func (s *session) moveTx(n *node) bool {
 		s.quit = true // the transaction is lost: close, as Redis would
 		return false
 	}
-	s.b.req, s.b.n = append(s.b.req, cs.txReplay...), cs.txReplayN
+	s.b.Req, s.b.N = append(s.b.Req, cs.txReplay...), cs.txReplayN
 	s.flush()
 	ok := bytes.HasPrefix(s.out[mark:], []byte("+OK\r\n"))
 	s.out = s.out[:mark]
@@ -250,13 +251,13 @@ func (s *session) txFirstKey(cmd *resp.Command) {
 		mark := len(s.out)
 		s.forward(cmd)
 		s.flush()
-		addr, asking := parseRedirect(s.out[mark:])
-		if addr == "" || asking || try == maxHops || s.quit {
+		addr, asking := upstream.ParseRedirect(s.out[mark:])
+		if addr == "" || asking || try == upstream.MaxHops || s.quit {
 			return
 		}
 		s.out = s.out[:mark]
-		s.srv.cluster.refresh()
-		if !s.moveTx(s.srv.cluster.node(addr)) {
+		s.srv.up.Cluster.Refresh()
+		if !s.moveTx(s.srv.up.Cluster.Node(addr)) {
 			return
 		}
 	}
@@ -269,13 +270,13 @@ func (s *session) ownFollow(cmd *resp.Command) string {
 		mark := len(s.out)
 		s.forward(cmd)
 		s.flush()
-		addr, asking := parseRedirect(s.out[mark:])
-		if addr == "" || asking || try == maxHops || s.quit {
+		addr, asking := upstream.ParseRedirect(s.out[mark:])
+		if addr == "" || asking || try == upstream.MaxHops || s.quit {
 			return string(s.out[mark:])
 		}
 		s.out = s.out[:mark]
-		s.srv.cluster.refresh()
-		if !s.ownOn(s.srv.cluster.node(addr)) {
+		s.srv.up.Cluster.Refresh()
+		if !s.ownOn(s.srv.up.Cluster.Node(addr)) {
 			return ""
 		}
 	}
@@ -284,7 +285,7 @@ func (s *session) ownFollow(cmd *resp.Command) string {
 // blockAside runs a blocking command on another node than the one whose
 // connection holds the client's WATCH, on a connection of its own for the
 // time, so that the watch stays.
-func (s *session) blockAside(cmd *resp.Command, n *node) {
+func (s *session) blockAside(cmd *resp.Command, n *upstream.Node) {
 	watch, watchNode := s.own, s.cs.ownNode
 	s.setOwn(nil)
 	if s.ownOn(n) {
@@ -304,19 +305,19 @@ func (s *session) blockOn(cmd *resp.Command) {
 		mark := len(s.out)
 		s.forward(cmd)
 		s.flushBlocking()
-		addr, asking := parseRedirect(s.out[mark:])
+		addr, asking := upstream.ParseRedirect(s.out[mark:])
 		if addr == "" || s.quit {
 			return
 		}
 		s.out = s.out[:mark]
-		if try == maxHops {
-			s.out = resp.AppendError(s.out, msgSlotMoving)
+		if try == upstream.MaxHops {
+			s.out = resp.AppendError(s.out, upstream.MsgSlotMoving)
 			return
 		}
 		if !asking {
-			s.srv.cluster.refresh()
+			s.srv.up.Cluster.Refresh()
 		}
-		if !s.ownOn(s.srv.cluster.node(addr)) {
+		if !s.ownOn(s.srv.up.Cluster.Node(addr)) {
 			return
 		}
 		if asking {
@@ -342,9 +343,9 @@ func (s *session) clusterStream(cmd *resp.Command, name string) {
 	if !ok {
 		return
 	}
-	n := t.masters[0]
+	n := t.Masters[0]
 	if slot >= 0 {
-		n = t.slots[slot]
+		n = t.Slots[slot]
 	}
 	s.flush()
 	if !s.ownOn(n) {
@@ -443,7 +444,7 @@ func (s *session) clusterStreaming(cmd *resp.Command, name string) {
 	case "monitor":
 		cs.monitor = true
 	}
-	if _, keys, err := s.srv.cluster.current(); err == nil && len(cs.subs) > 0 {
+	if _, keys, err := s.srv.up.Cluster.Current(); err == nil && len(cs.subs) > 0 {
 		if cs.keyIdx, _ = keys.Keys(cmd.Args, cs.keyIdx[:0]); len(cs.keyIdx) > 0 {
 			s.streamReplyError("ERR Can't execute '" + name + msgSubscribed)
 			return
@@ -457,13 +458,13 @@ func (s *session) clusterStreaming(cmd *resp.Command, name string) {
 // several masters. A channel in the slot of one already followed is here,
 // whatever a slot map not yet reloaded says.
 func (s *session) shardChannelsHere(channels [][]byte) bool {
-	t, _, err := s.srv.cluster.current()
+	t, _, err := s.srv.up.Cluster.Current()
 	if err != nil {
 		return true // the node will say
 	}
 	for _, ch := range channels {
 		slot := hashslot.Of(ch)
-		if t.slots[slot] != s.cs.ownNode && !s.followsSlot(slot) {
+		if t.Slots[slot] != s.cs.ownNode && !s.followsSlot(slot) {
 			return false
 		}
 	}
@@ -516,14 +517,14 @@ func (s *session) tryEndStream() {
 // new connections, since the shared ones wait behind the busy script. The
 // reply is +OK when it killed one somewhere, else the first master's.
 func (s *session) killEverywhere(cmd *resp.Command) {
-	t, _, err := s.srv.cluster.current()
+	t, _, err := s.srv.up.Cluster.Current()
 	if err != nil {
-		s.replyError(errorText(err))
+		s.replyError(upstream.ErrorText(err))
 		return
 	}
 	req := rawOf(cmd)
 	var first []byte
-	for _, n := range t.masters {
+	for _, n := range t.Masters {
 		reply := killOn(n, req)
 		if string(reply) == "+OK\r\n" {
 			s.reply(reply)
@@ -536,10 +537,10 @@ func (s *session) killEverywhere(cmd *resp.Command) {
 	s.reply(first)
 }
 
-func killOn(n *node, req []byte) []byte {
-	nc, br, err := n.pool.dial(0)
+func killOn(n *upstream.Node, req []byte) []byte {
+	nc, br, err := n.Pool.Dial(0)
 	if err != nil {
-		return resp.AppendError(nil, errorText(err))
+		return resp.AppendError(nil, upstream.ErrorText(err))
 	}
 	defer nc.Close()
 	if _, err = nc.Write(req); err == nil {
@@ -548,7 +549,7 @@ func killOn(n *node, req []byte) []byte {
 			return reply
 		}
 	}
-	return resp.AppendError(nil, errorText(err))
+	return resp.AppendError(nil, upstream.ErrorText(err))
 }
 
 // rawOf is cmd as RESP, as it came when it came so.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/proxy/upstream"
 )
 
 // Error replies with Redis 7.0's exact texts.
@@ -63,10 +64,10 @@ type session struct {
 
 	out    []byte // replies not yet written to the client
 	w      *clientWriter
-	b      batch       // requests not yet sent upstream
-	shared *sharedConn // the shared connection for db, cached
-	own    *ownConn    // the client's own connection, once it needed one
-	quit   bool        // close once out is written
+	b      upstream.Batch // requests not yet sent upstream
+	shared *upstream.Conn // the shared connection for db, cached
+	own    *ownConn       // the client's own connection, once it needed one
+	quit   bool           // close once out is written
 	// inMulti: own has a transaction open (MULTI answered +OK, no EXEC or
 	// DISCARD since), so Redis queues what the proxy would answer itself.
 	inMulti bool
@@ -106,9 +107,9 @@ func newSession(srv *Server, nc net.Conn, id uint64) *session {
 	}
 	s.rd.SetAuthRequired(!s.authed)
 	s.w = newClientWriter(nc, int(srv.config().Limits.QueryBuffer))
-	s.b.doneCh = make(chan struct{}, 1)
+	s.b.DoneCh = make(chan struct{}, 1)
 	s.cs.txSlot = -1
-	s.cs.c, s.cs.id = srv.cluster, id
+	s.cs.RoundTrip = upstream.NewRoundTrip(srv.up.Cluster, id)
 	return s
 }
 
@@ -234,14 +235,14 @@ func (s *session) handle(cmd *resp.Command) {
 	if s.hotCommand(cmd, string(name)) {
 		return
 	}
-	if s.srv.cluster != nil && s.clusterHandle(cmd, r, string(name)) {
+	if s.srv.up.Cluster != nil && s.clusterHandle(cmd, r, string(name)) {
 		return
 	}
 	switch r {
 	case routeLocal:
 		if s.upstreamOwns(string(name)) {
 			s.dispatch(cmd, string(name))
-			if string(name) == "select" && s.srv.cluster == nil {
+			if string(name) == "select" && s.srv.up.Cluster == nil {
 				s.ownSelect(cmd)
 			}
 			return
@@ -268,7 +269,7 @@ func (s *session) handle(cmd *resp.Command) {
 			s.endTx()
 		}
 	case routeOwn:
-		if s.own == nil && !s.pin(s.srv.pool) {
+		if s.own == nil && !s.pin(s.srv.up.Pool) {
 			return
 		}
 		if string(name) == "multi" {
@@ -285,7 +286,7 @@ func (s *session) handle(cmd *resp.Command) {
 			s.flushBlocking()
 		}
 	case routeStream:
-		if s.own == nil && !s.pin(s.srv.pool) {
+		if s.own == nil && !s.pin(s.srv.up.Pool) {
 			return
 		}
 		s.startStream()
@@ -315,7 +316,7 @@ func refusedName(args [][]byte) string {
 // dispatch queues cmd for whatever upstream serves it: in cluster mode the
 // node of its keys, unless the client is held on its own connection.
 func (s *session) dispatch(cmd *resp.Command, name string) {
-	if s.srv.cluster != nil && !s.pinned() && !s.streaming {
+	if s.srv.up.Cluster != nil && !s.pinned() && !s.streaming {
 		s.clusterForward(cmd, name)
 		return
 	}
@@ -325,12 +326,12 @@ func (s *session) dispatch(cmd *resp.Command, name string) {
 // forward queues cmd for the client's own or shared connection.
 func (s *session) forward(cmd *resp.Command) {
 	if cmd.Raw != nil {
-		s.b.req = append(s.b.req, cmd.Raw...)
+		s.b.Req = append(s.b.Req, cmd.Raw...)
 	} else {
-		s.b.req = resp.AppendCommand(s.b.req, cmd.Args...)
+		s.b.Req = resp.AppendCommand(s.b.Req, cmd.Args...)
 	}
-	s.b.n++
-	if s.b.n >= maxBatchCommands || len(s.b.req) >= maxBatchBytes {
+	s.b.N++
+	if s.b.N >= maxBatchCommands || len(s.b.Req) >= maxBatchBytes {
 		s.flush()
 		if len(s.out) >= maxPendingOut && !s.write() {
 			s.quit = true
@@ -359,14 +360,14 @@ func (s *session) sendBatch(blocking bool) {
 		s.clusterRoundTrip()
 	}
 	b := &s.b
-	if b.n == 0 {
+	if b.N == 0 {
 		return
 	}
-	n := b.n
-	defer func() { b.req, b.n = b.req[:0], 0 }()
+	n := b.N
+	defer func() { b.Req, b.N = b.Req[:0], 0 }()
 	switch {
 	case s.streaming:
-		if _, err := s.own.nc.Write(b.req); err != nil {
+		if _, err := s.own.nc.Write(b.Req); err != nil {
 			s.quit = true
 		}
 	case s.pinned():
@@ -377,20 +378,20 @@ func (s *session) sendBatch(blocking bool) {
 			s.failBatch(0, n, err)
 			return
 		}
-		b.out, b.okLen, b.done, b.err = s.out, len(s.out), 0, nil
-		conn.send(b)
-		<-b.doneCh
-		s.out, b.out = b.out, nil
-		if b.err != nil {
-			s.out = s.out[:b.okLen]
-			s.failBatch(b.done, n, b.err)
+		b.Out, b.OKLen, b.Done, b.Err = s.out, len(s.out), 0, nil
+		conn.Send(b)
+		<-b.DoneCh
+		s.out, b.Out = b.Out, nil
+		if b.Err != nil {
+			s.out = s.out[:b.OKLen]
+			s.failBatch(b.Done, n, b.Err)
 		}
 	}
 }
 
 // failBatch answers requests done..n of a failed batch with an error.
 func (s *session) failBatch(done, n int, err error) {
-	msg := errorText(err)
+	msg := upstream.ErrorText(err)
 	for i := done; i < n; i++ {
 		s.out = resp.AppendError(s.out, msg)
 	}
@@ -401,11 +402,11 @@ func (s *session) failBatch(done, n int, err error) {
 	}
 }
 
-func (s *session) sharedConn() (*sharedConn, error) {
-	if s.shared != nil && !s.shared.dead.Load() {
+func (s *session) sharedConn() (*upstream.Conn, error) {
+	if s.shared != nil && !s.shared.Failed() {
 		return s.shared, nil
 	}
-	c, err := s.srv.pool.get(s.db, s.id)
+	c, err := s.srv.up.Pool.Get(s.db, s.id)
 	if err != nil {
 		return nil, err
 	}
@@ -415,8 +416,8 @@ func (s *session) sharedConn() (*sharedConn, error) {
 
 func (s *session) ownRoundTrip(blocking bool) {
 	b := &s.b
-	if _, err := s.own.nc.Write(b.req); err != nil {
-		s.failBatch(0, b.n, err)
+	if _, err := s.own.nc.Write(b.Req); err != nil {
+		s.failBatch(0, b.N, err)
 		return
 	}
 	var stop func() (clientGone bool)
@@ -425,7 +426,7 @@ func (s *session) ownRoundTrip(blocking bool) {
 	}
 	okLen, done := len(s.out), 0
 	var err error
-	for ; done < b.n; done++ {
+	for ; done < b.N; done++ {
 		if s.out, err = resp.ReadReply(s.own.br, s.out); err != nil {
 			break
 		}
@@ -440,7 +441,7 @@ func (s *session) ownRoundTrip(blocking bool) {
 	}
 	if err != nil {
 		s.out = s.out[:okLen]
-		s.failBatch(done, b.n, err)
+		s.failBatch(done, b.N, err)
 	}
 }
 
@@ -489,11 +490,11 @@ func (s *session) watchClient() (stop func() (clientGone bool)) {
 
 // pin gives the client an upstream connection of its own to p's node, in
 // its db and with its name, after every request sent so far is answered.
-func (s *session) pin(p *pool) bool {
+func (s *session) pin(p *upstream.Pool) bool {
 	s.flush()
-	nc, br, err := p.dial(s.db)
+	nc, br, err := p.Dial(s.db)
 	if err == nil && len(s.name) > 0 {
-		nc.SetDeadline(time.Now().Add(p.timeout))
+		nc.SetDeadline(time.Now().Add(p.DialTimeout()))
 		req := resp.AppendCommand(nil, []byte("CLIENT"), []byte("SETNAME"), s.name)
 		if _, err = nc.Write(req); err == nil {
 			_, err = resp.ReadReply(br, nil)
@@ -504,7 +505,7 @@ func (s *session) pin(p *pool) bool {
 		}
 	}
 	if err != nil {
-		s.out = resp.AppendError(s.out, errorText(err))
+		s.out = resp.AppendError(s.out, upstream.ErrorText(err))
 		return false
 	}
 	s.setOwn(&ownConn{nc: nc, br: br})
@@ -674,7 +675,7 @@ func (s *session) handleStreaming(cmd *resp.Command, name []byte) {
 		s.resetState()
 		return
 	}
-	if s.srv.cluster != nil {
+	if s.srv.up.Cluster != nil {
 		s.clusterStreaming(cmd, string(name))
 		return
 	}
@@ -854,7 +855,7 @@ func (s *session) hello(args [][]byte) {
 	s.dispatch(&resp.Command{Args: [][]byte{[]byte("HELLO"), []byte("2")}}, "hello")
 	s.flush()
 	reply := patchHelloID(s.out[mark:], s.id)
-	if s.srv.cluster != nil {
+	if s.srv.up.Cluster != nil {
 		reply = standaloneHello(reply)
 	}
 	s.out = append(s.out[:mark], reply...)
@@ -934,9 +935,9 @@ func (s *session) selectDB(args [][]byte) {
 		return
 	}
 	s.flush()
-	c, err := s.srv.pool.get(int(n), s.id)
+	c, err := s.srv.up.Pool.Get(int(n), s.id)
 	if err != nil {
-		s.replyError(errorText(err))
+		s.replyError(upstream.ErrorText(err))
 		return
 	}
 	s.db, s.shared = int(n), c
