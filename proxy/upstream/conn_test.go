@@ -1,8 +1,10 @@
 package upstream
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -164,5 +166,132 @@ func TestDialFailureShared(t *testing.T) {
 	wg.Wait()
 	if d := time.Since(start); d > 4*timeout {
 		t.Errorf("%d clients took %v to fail, want about one dial timeout (%v)", clients, d, timeout)
+	}
+}
+
+// TestDial checks what a dial sends and how it reads the answers: AUTH
+// with or without a user, SELECT, a refused AUTH as a transport failure
+// (counted, the node logged down), a refused SELECT as Redis's answer,
+// and dbs past a refused one refused without dialing.
+func TestDial(t *testing.T) {
+	be := redistest.StartBackend(t, redistest.BackendOptions{Answer: func(args []string) redistest.Reply {
+		switch strings.ToUpper(args[0]) {
+		case "AUTH":
+			if args[len(args)-1] != "secret" {
+				return redistest.Reply{Raw: "-WRONGPASS invalid username-password pair or user is disabled.\r\n"}
+			}
+		case "SELECT":
+			if db, _ := strconv.Atoi(args[1]); db >= 16 {
+				return redistest.Reply{Raw: "-ERR DB index is out of range\r\n"}
+			}
+		}
+		return redistest.Reply{Raw: "+OK\r\n"}
+	}})
+	cases := []struct {
+		name     string
+		d        dialer
+		db       int
+		sent     string // the commands received, space-separated, one per line
+		err      string // "" for none
+		redisErr bool
+		errors   float64 // counted as a transport failure
+	}{
+		{"plain", dialer{}, 0, "", "", false, 0},
+		{"password", dialer{password: "secret"}, 0, "AUTH secret", "", false, 0},
+		{"user", dialer{username: "u", password: "secret"}, 3, "AUTH u secret\nSELECT 3", "", false, 0},
+		{"wrong password", dialer{password: "nope"}, 0, "AUTH nope",
+			"refused our AUTH: WRONGPASS invalid username-password pair or user is disabled.", false, 1},
+		{"db out of range", dialer{}, 16, "SELECT 16", "ERR DB index is out of range", true, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.d.addr = be.Addr()
+			m := Metrics{}.orNowhere().Node(be.Addr())
+			p := testPool(t, tc.d, 1, m)
+			before := len(be.Received())
+			_, err := p.Get(tc.db, 0)
+			var lines []string
+			for _, cmd := range be.Received()[before:] {
+				lines = append(lines, strings.Join(cmd, " "))
+			}
+			if got := strings.Join(lines, "\n"); got != tc.sent {
+				t.Errorf("sent %q, want %q", got, tc.sent)
+			}
+			var re RedisError
+			switch {
+			case tc.err == "" && err != nil:
+				t.Errorf("Get: %v", err)
+			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+				t.Errorf("Get: %v, want %q", err, tc.err)
+			case err != nil && errors.As(err, &re) != tc.redisErr:
+				t.Errorf("Get: %v is a RedisError: %v, want %v", err, !tc.redisErr, tc.redisErr)
+			}
+			if got := testutil.ToFloat64(m.Errors); got != tc.errors {
+				t.Errorf("errors counted: %v, want %v", got, tc.errors)
+			}
+			if !tc.redisErr {
+				return
+			}
+			// Past a db Redis refused, no dial.
+			conns := be.Conns()
+			if _, err2 := p.Get(tc.db+1, 0); err2 == nil || err2.Error() != err.Error() {
+				t.Errorf("Get(%d) after %v: %v", tc.db+1, err, err2)
+			}
+			if be.Conns() != conns {
+				t.Errorf("Get of a db past a refused one dialed")
+			}
+			if _, err := p.Get(tc.db-1, 0); err != nil {
+				t.Errorf("Get(%d): %v", tc.db-1, err)
+			}
+		})
+	}
+}
+
+// TestPoolClose: Close fails the batches in flight and later Gets with
+// ErrClosed, which is not counted as a failure of the node.
+func TestPoolClose(t *testing.T) {
+	be := redistest.StartBackend(t, redistest.BackendOptions{Answer: func([]string) redistest.Reply {
+		return redistest.Reply{Stall: true}
+	}})
+	m := Metrics{}.orNowhere().Node(be.Addr())
+	p := testPool(t, dialer{addr: be.Addr()}, 1, m)
+	conn, err := p.Get(0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := echoBatch(0, 0, 2)
+	conn.Send(b)
+	p.close()
+	<-b.DoneCh
+	if !errors.Is(b.Err, ErrClosed) || !conn.Failed() {
+		t.Errorf("batch in flight at Close: %v, failed %v", b.Err, conn.Failed())
+	}
+	if _, err := p.Get(0, 0); !errors.Is(err, ErrClosed) {
+		t.Errorf("Get after Close: %v", err)
+	}
+	conn.Send(b)
+	<-b.DoneCh
+	if !errors.Is(b.Err, ErrClosed) {
+		t.Errorf("Send after Close: %v", b.Err)
+	}
+	if got := testutil.ToFloat64(m.Errors); got != 0 {
+		t.Errorf("errors counted: %v, want 0", got)
+	}
+}
+
+// TestErrorText: Redis's words stay; a transport failure is one line.
+func TestErrorText(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{RedisError("ERR DB index is out of range"), "ERR DB index is out of range"},
+		{fmt.Errorf("dial: %w", RedisError("WRONGTYPE x")), "WRONGTYPE x"},
+		{errors.New("read tcp: connection\r\nreset"), "ERR upstream unavailable: read tcp: connection  reset"},
+		{ErrClosed, "ERR upstream unavailable: proxy: upstream connection closed"},
+	} {
+		if got := ErrorText(tc.err); got != tc.want {
+			t.Errorf("ErrorText(%q) = %q, want %q", tc.err, got, tc.want)
+		}
 	}
 }
