@@ -7,6 +7,7 @@ import (
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/hashslot"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/proxy/upstream"
 )
 
 // mergeKind says how the replies of a command's parts, sent to several
@@ -24,9 +25,6 @@ const (
 	mergeScan                    // SCAN on one master: the cursor names the master
 	mergeInfo                    // INFO: one node's, plus the proxy's section
 )
-
-// msgSlotMoving answers a command the cluster kept redirecting.
-const msgSlotMoving = "TRYAGAIN hotkeyproxy: the slot is moving; try again"
 
 // mergeReplies appends to dst the reply of c, whose parts answered
 // replies.
@@ -147,7 +145,7 @@ const scanSlotBits = 14
 // scanPos is where one step of a SCAN runs: on masters[i] of topo, from
 // its own cursor.
 type scanPos struct {
-	topo   *topology
+	topo   *upstream.Topology
 	i      int
 	cursor uint64
 }
@@ -155,17 +153,17 @@ type scanPos struct {
 // parseScanCursor finds the master and its cursor from the client's
 // cursor; ok is false when the cursor names no master (it was not made
 // by this cluster's proxy) or does not parse.
-func parseScanCursor(t *topology, arg []byte) (scanPos, bool) {
+func parseScanCursor(t *upstream.Topology, arg []byte) (scanPos, bool) {
 	c, err := strconv.ParseUint(string(arg), 10, 64)
-	if err != nil || len(t.masters) == 0 {
+	if err != nil || len(t.Masters) == 0 {
 		return scanPos{}, false
 	}
 	if c == 0 {
 		return scanPos{topo: t}, true
 	}
 	slot := uint16(c & (hashslot.Count - 1))
-	i := t.masterIndex(t.slots[slot])
-	if i < 0 || t.lowest[i] != slot {
+	i := t.MasterIndex(t.Slots[slot])
+	if i < 0 || t.Lowest[i] != slot {
 		return scanPos{}, false
 	}
 	return scanPos{topo: t, i: i, cursor: c >> scanSlotBits}, true
@@ -186,9 +184,9 @@ func (p scanPos) merge(dst, reply []byte) []byte {
 	var next uint64
 	switch {
 	case c != 0:
-		next = c<<scanSlotBits | uint64(p.topo.lowest[p.i])
-	case p.i+1 < len(p.topo.masters):
-		next = uint64(p.topo.lowest[p.i+1])
+		next = c<<scanSlotBits | uint64(p.topo.Lowest[p.i])
+	case p.i+1 < len(p.topo.Masters):
+		next = uint64(p.topo.Lowest[p.i+1])
 	}
 	dst = resp.AppendArrayHeader(dst, 2)
 	dst = resp.AppendBulk(dst, strconv.AppendUint(nil, next, 10))

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/hashslot"
+	"github.com/hotkeyproxy/hotkeyproxy/proxy/upstream"
 )
 
 func TestMergeReplies(t *testing.T) {
@@ -42,14 +43,14 @@ func TestMergeReplies(t *testing.T) {
 }
 
 // threeMasters is a topology of three masters over contiguous ranges.
-func threeMasters() *topology {
-	t := &topology{}
+func threeMasters() *upstream.Topology {
+	t := &upstream.Topology{}
 	for i, start := range []int{0, 5461, 10923} {
-		n := &node{addr: string(rune('a' + i))}
-		t.masters = append(t.masters, n)
-		t.lowest = append(t.lowest, uint16(start))
+		n := &upstream.Node{Addr: string(rune('a' + i))}
+		t.Masters = append(t.Masters, n)
+		t.Lowest = append(t.Lowest, uint16(start))
 		for s := start; s < hashslot.Count; s++ {
-			t.slots[s] = n
+			t.Slots[s] = n
 		}
 	}
 	return t
@@ -71,7 +72,7 @@ func TestScanCursorWalksEveryMaster(t *testing.T) {
 		if pos.cursor == 7 {
 			next = "0"
 		}
-		visited = append(visited, topo.masters[pos.i].addr+":"+string(rune('0'+pos.cursor)))
+		visited = append(visited, topo.Masters[pos.i].Addr+":"+string(rune('0'+pos.cursor)))
 		reply := "*2\r\n$1\r\n" + next + "\r\n*0\r\n"
 		out := string(pos.merge(nil, []byte(reply)))
 		parts := strings.Split(out, "\r\n")

@@ -10,7 +10,7 @@
 //
 // Upstream connections come in two kinds:
 //
-//   - shared (upstream.go): a few per db, multiplexing many clients. The
+//   - shared (package upstream): a few per db, multiplexing many clients. The
 //     first session with a batch to send writes it, together with whatever
 //     other sessions queued meanwhile; one reader goroutine hands each batch
 //     its replies in FIFO order. Clients never see each other's state

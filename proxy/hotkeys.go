@@ -3,122 +3,12 @@ package proxy
 import (
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
-	"github.com/hotkeyproxy/hotkeyproxy/internal/hashslot"
-	"github.com/hotkeyproxy/hotkeyproxy/internal/keyspec"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 	"github.com/hotkeyproxy/hotkeyproxy/rewrite"
 )
-
-// hotUpstream is the proxy's upstream as the hot-key engine sees it.
-type hotUpstream struct{ srv *Server }
-
-// Do implements rewrite.Upstream: in standalone mode all requests go in
-// one batch on a shared connection of db 0, where hot keys live; in
-// cluster mode each to its slot's master, redirections followed.
-func (u hotUpstream) Do(reqs []rewrite.Request) [][]byte {
-	replies := make([][]byte, len(reqs))
-	if c := u.srv.cluster; c != nil {
-		t, _, err := c.current()
-		if err != nil {
-			for i := range replies {
-				replies[i] = resp.AppendError(nil, errorText(err))
-			}
-			return replies
-		}
-		r := roundTripper{c: c}
-		for _, q := range reqs {
-			slot := int(hashslot.Of(q.Key))
-			n := t.slots[slot]
-			if n == nil {
-				n = t.masters[0] // it answers CLUSTERDOWN, which is retried
-			}
-			r.queuePart(n, slot, nil, q.Args)
-		}
-		r.run()
-		for i := range replies {
-			replies[i] = r.parts[i].reply
-		}
-		return replies
-	}
-	var req []byte
-	for _, q := range reqs {
-		req = resp.AppendCommand(req, q.Args...)
-	}
-	conn, err := u.srv.pool.get(0, 0)
-	b := &batch{req: req, n: len(reqs), ends: make([]int, 0, len(reqs)), doneCh: make(chan struct{}, 1)}
-	if err == nil {
-		conn.send(b)
-		<-b.doneCh
-		err = b.err
-	}
-	done := b.replies(nil)
-	copy(replies, done)
-	for i := len(done); i < len(replies); i++ {
-		replies[i] = resp.AppendError(nil, errorText(err))
-	}
-	return replies
-}
-
-// Placement implements rewrite.Upstream.
-func (u hotUpstream) Placement() (int, func(uint16) int) {
-	if c := u.srv.cluster; c != nil {
-		if t, _, err := c.current(); err == nil {
-			return len(t.masters), func(s uint16) int { return t.masterIndex(t.slots[s]) }
-		}
-	}
-	return 1, func(uint16) int { return 0 }
-}
-
-// Node implements rewrite.Upstream.
-func (u hotUpstream) Node(slot uint16) string {
-	if c := u.srv.cluster; c != nil {
-		if t, _, err := c.current(); err == nil && t.slots[slot] != nil {
-			return t.slots[slot].addr
-		}
-		return "?"
-	}
-	return u.srv.cfg.Upstream.Addrs[0]
-}
-
-// keyTable is the command table that says which arguments are keys: the
-// cluster's, or in standalone mode the server's, asked once.
-func (srv *Server) keyTable() *keyspec.Table {
-	if srv.cluster != nil {
-		_, k, _ := srv.cluster.current()
-		return k
-	}
-	if k := srv.keys.Load(); k != nil {
-		return k
-	}
-	// After a failure, asked again once a second at most: not once per
-	// command while Redis is down or answers COMMAND with something else.
-	if at := srv.keysErr.Load(); at != 0 && time.Since(time.Unix(0, at)) < time.Second {
-		return nil
-	}
-	srv.keysMu.Lock() // one COMMAND at a time, however many clients ask
-	defer srv.keysMu.Unlock()
-	if k := srv.keys.Load(); k != nil {
-		return k
-	}
-	if at := srv.keysErr.Load(); at != 0 && time.Since(time.Unix(0, at)) < time.Second {
-		return nil
-	}
-	replies, err := srv.pool.ask(resp.AppendCommand(nil, []byte("COMMAND")), 1)
-	var k *keyspec.Table
-	if err == nil {
-		k, err = keyspec.Parse(replies[0])
-	}
-	if err != nil {
-		srv.keysErr.Store(time.Now().UnixNano())
-		return nil
-	}
-	srv.keys.Store(k)
-	return k
-}
 
 // hotCommand answers cmd when it names a hot key, and reports whether it
 // did. Hot keys live in db 0.
@@ -132,7 +22,7 @@ func (s *session) hotCommand(cmd *resp.Command, c *command, name string) bool {
 	if !sampled && !e.Any() {
 		return false // no key can be hot: no need to know which are keys
 	}
-	table := s.srv.keyTable()
+	table := s.srv.up.KeyTable()
 	if table == nil {
 		// Which arguments are keys is unknown (Redis down, COMMAND
 		// refused): a command naming a hot key anywhere must not reach
@@ -177,7 +67,7 @@ func (s *session) hotCommand(cmd *resp.Command, c *command, name string) bool {
 		return true
 	}
 	// One command per key, then put together as one Redis would reply.
-	up := hotUpstream{s.srv}
+	up := s.srv.up
 	var out []byte
 	var sum int64
 	for _, i := range idx {

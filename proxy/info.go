@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/proxy/upstream"
 )
 
 // started is when the process started serving, for proxy_uptime_in_seconds.
@@ -32,7 +33,7 @@ var version = func() string {
 // the client asks for every section (no argument, all, everything,
 // default) or for "proxy"; else "". In cluster mode t is the topology the
 // command was routed by.
-func (srv *Server) infoSection(args [][]byte, t *topology) string {
+func (srv *Server) infoSection(args [][]byte, t *upstream.Topology) string {
 	want := len(args) == 0
 	for _, a := range args {
 		switch strings.ToLower(string(a)) {
@@ -53,7 +54,7 @@ func (srv *Server) infoSection(args [][]byte, t *topology) string {
 	if t != nil {
 		// Counts only: in front of a cluster, clients see one Redis and
 		// never a node's address (the metrics' node label has them).
-		line("proxy_cluster_masters", strconv.Itoa(len(t.masters)))
+		line("proxy_cluster_masters", strconv.Itoa(len(t.Masters)))
 	} else {
 		line("proxy_upstream_nodes", strings.Join(srv.cfg.Upstream.Addrs, ","))
 	}

@@ -49,7 +49,7 @@ func (s *session) markLayout(name string, args [][]byte) {
 	case name != "get" && name != "mget":
 		return
 	}
-	m := layoutMark{reply: s.b.n + len(s.cs.cmds), first: len(s.markEnds), keyAt: keyAt, failed: failed}
+	m := layoutMark{reply: s.b.N + len(s.cs.cmds), first: len(s.markEnds), keyAt: keyAt, failed: failed}
 	for _, a := range args {
 		s.markArgs = append(s.markArgs, a...)
 		s.markEnds = append(s.markEnds, len(s.markArgs))
@@ -61,7 +61,7 @@ func (s *session) markLayout(name string, args [][]byte) {
 // unmarkLayout drops the mark of the command just noted: it is answered
 // here, not relayed.
 func (s *session) unmarkLayout() {
-	if n := len(s.marks); n > 0 && s.marks[n-1].reply == s.b.n+len(s.cs.cmds) {
+	if n := len(s.marks); n > 0 && s.marks[n-1].reply == s.b.N+len(s.cs.cmds) {
 		m := s.marks[n-1]
 		s.marks = s.marks[:n-1]
 		s.markEnds = s.markEnds[:m.first]
@@ -158,7 +158,7 @@ func (s *session) reread(m layoutMark, r []byte) []byte {
 // (merged back since): the command is sent again. Three rounds at most,
 // for a key sharded and merged back meanwhile.
 func (s *session) retryFailed(args [][]byte, keyAt int, r []byte) []byte {
-	e, up := s.srv.hot, hotUpstream{s.srv}
+	e, up := s.srv.hot, s.srv.up
 	key := args[keyAt]
 	layoutFailure := func(r []byte) bool {
 		if e.DeductScript(args) {

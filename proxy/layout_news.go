@@ -49,14 +49,14 @@ func (s *Server) followLayouts(stop <-chan struct{}) {
 
 // dialNews connects to the node that carries the news.
 func (s *Server) dialNews() (net.Conn, *bufio.Reader, error) {
-	if s.cluster == nil {
-		return s.pool.dial(0)
+	if s.up.Cluster == nil {
+		return s.up.Pool.Dial(0)
 	}
-	t, _, err := s.cluster.current()
+	t, _, err := s.up.Cluster.Current()
 	if err != nil {
 		return nil, nil, err
 	}
-	return t.masters[0].pool.dial(0)
+	return t.Masters[0].Pool.Dial(0)
 }
 
 // readNews subscribes on nc and reads messages until the connection fails.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/proxy/upstream"
 )
 
 // local answers commands whose state the proxy keeps per client.
@@ -162,7 +163,7 @@ func (s *session) hello(args [][]byte) {
 	}
 	mark := s.exchange(&resp.Command{Args: [][]byte{[]byte("HELLO"), []byte("2")}})
 	reply := patchHelloID(s.out[mark:], s.id)
-	if s.srv.cluster != nil {
+	if s.srv.up.Cluster != nil {
 		reply = standaloneHello(reply)
 	}
 	s.out = append(s.out[:mark], reply...)
@@ -242,9 +243,9 @@ func (s *session) selectDB(args [][]byte) {
 		return
 	}
 	s.flush()
-	c, err := s.srv.pool.get(int(n), s.id)
+	c, err := s.srv.up.Pool.Get(int(n), s.id)
 	if err != nil {
-		s.replyError(errorText(err))
+		s.replyError(upstream.ErrorText(err))
 		return
 	}
 	s.db, s.shared = int(n), c

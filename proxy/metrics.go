@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/proxy/upstream"
 )
 
 // Label values. Every label takes its values from a fixed set, so no
@@ -36,7 +37,7 @@ var latencyBuckets = [...]float64{.0001, .00025, .0005, .001, .0025, .005, .01, 
 // What the request path touches is resolved to children once, because
 // WithLabelValues hashes the labels and takes a lock on every call: per
 // command on its first use (commandMetrics), per node when the node is
-// first named (nodeMetrics).
+// first named (upstream.NodeMetrics).
 type metrics struct {
 	reg *prometheus.Registry
 
@@ -141,30 +142,15 @@ func (m *metrics) command(cmd *command) *commandMetrics {
 	return m.byCommand[i].Load()
 }
 
-// nodeMetrics are one upstream node's children of the upstream metrics.
-type nodeMetrics struct {
-	requests prometheus.Counter
-	errors   prometheus.Counter
-	seconds  prometheus.Observer
-}
-
 // node returns the metrics of the upstream node at addr. Nodes are a
 // bounded set: the configured ones and, in cluster mode, those the slot
 // map and redirections name.
-func (m *metrics) node(addr string) *nodeMetrics {
-	return &nodeMetrics{
-		requests: m.upstreamRequests.WithLabelValues(addr),
-		errors:   m.upstreamErrors.WithLabelValues(addr),
-		seconds:  m.upstreamSeconds.WithLabelValues(addr),
+func (m *metrics) node(addr string) *upstream.NodeMetrics {
+	return &upstream.NodeMetrics{
+		Requests: m.upstreamRequests.WithLabelValues(addr),
+		Errors:   m.upstreamErrors.WithLabelValues(addr),
+		Seconds:  m.upstreamSeconds.WithLabelValues(addr),
 	}
-}
-
-// noNodeMetrics are the metrics of a pool made without a Server (tests):
-// registered nowhere.
-var noNodeMetrics = &nodeMetrics{
-	requests: prometheus.NewCounter(prometheus.CounterOpts{Name: "unregistered_total", Help: "Not registered."}),
-	errors:   prometheus.NewCounter(prometheus.CounterOpts{Name: "unregistered_total", Help: "Not registered."}),
-	seconds:  prometheus.NewHistogram(prometheus.HistogramOpts{Name: "unregistered_seconds", Help: "Not registered."}),
 }
 
 // sessionMetrics counts one session's commands by their replies. handle
@@ -401,8 +387,8 @@ func (s *Server) Ready() error {
 	if s.closing.Load() {
 		return ErrShuttingDown
 	}
-	if s.cluster != nil {
-		return s.cluster.ready()
+	if s.up.Cluster != nil {
+		return s.up.Cluster.Ready()
 	}
 	r := &s.ready
 	r.mu.Lock()
@@ -410,38 +396,9 @@ func (s *Server) Ready() error {
 	if time.Since(r.at) < readyTTL {
 		return r.err
 	}
-	r.err = s.pool.ping()
+	r.err = s.up.Pool.Ping()
 	r.at = time.Now()
 	return r.err
-}
-
-var pingReq = resp.AppendCommand(nil, []byte("PING"))
-
-// ping sends PING on a connection of its own.
-func (p *pool) ping() error {
-	replies, err := p.ask(pingReq, 1)
-	if err != nil {
-		return err
-	}
-	if reply := replies[0]; resp.IsError(reply) {
-		return RedisError(reply[1 : len(reply)-2])
-	}
-	return nil
-}
-
-// ready reports whether the slot map is loaded and its last refresh
-// succeeded.
-func (c *clusterUpstream) ready() error {
-	c.mu.Lock()
-	err := c.err
-	c.mu.Unlock()
-	switch {
-	case err != nil:
-		return err
-	case c.topo.Load() == nil || c.keys.Load() == nil:
-		return errors.New("cluster slot map not loaded yet")
-	}
-	return nil
 }
 
 // oneLine makes text fit one line of a response.

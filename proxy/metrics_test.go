@@ -348,35 +348,20 @@ func TestReadyShuttingDown(t *testing.T) {
 	}
 }
 
-// TestClusterMetrics checks the redirection counters and readiness in
-// cluster mode without a cluster: the parts that read a reply or the
-// slot map's state.
-func TestClusterMetrics(t *testing.T) {
-	m := newMetrics(prometheus.NewRegistry(), func() int { return 0 })
-	c := &clusterUpstream{
-		cfg:   &config.Default().Upstream,
-		log:   slog.New(slog.DiscardHandler),
-		m:     m,
-		wake:  make(chan struct{}, 1),
-		nodes: make(map[string]*node),
+// TestClusterNotReady: in cluster mode the proxy is ready only once the
+// slot map is loaded, and says why not. (The redirection counters are
+// tested with the round trip, in package upstream.)
+func TestClusterNotReady(t *testing.T) {
+	cfg := config.Default()
+	cfg.Upstream.Mode = config.ModeCluster
+	cfg.Upstream.Addrs = []string{"127.0.0.1:1"}
+	srv, err := New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
 	}
-	r := roundTripper{c: c}
-	for _, reply := range []string{"-MOVED 12 127.0.0.1:7001\r\n", "-ASK 12 127.0.0.1:7002\r\n",
-		"-ASK 13 127.0.0.1:7002\r\n", "-ERR MOVED\r\n", "+OK\r\n"} {
-		r.redirect(&clusterPart{reply: []byte(reply)})
-	}
-	if got := testutil.ToFloat64(m.moved); got != 1 {
-		t.Errorf("redirections{moved} = %v, want 1", got)
-	}
-	if got := testutil.ToFloat64(m.ask); got != 2 {
-		t.Errorf("redirections{ask} = %v, want 2", got)
-	}
-	if err := c.ready(); err == nil || !strings.Contains(err.Error(), "not loaded") {
-		t.Errorf("ready with no slot map: %v", err)
-	}
-	c.err = fmt.Errorf("cluster slot map: 127.0.0.1:7000: connection refused")
-	if err := c.ready(); err != c.err {
-		t.Errorf("ready after a failed load: %v", err)
+	defer srv.Shutdown(t.Context())
+	if err := srv.Ready(); err == nil || !strings.Contains(err.Error(), "cluster slot map: 127.0.0.1:1") {
+		t.Errorf("Ready with no slot map: %v", err)
 	}
 }
 

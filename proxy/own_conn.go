@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/proxy/upstream"
 )
 
 // In cluster mode a client's own connection goes to one node, so it is
@@ -36,8 +37,8 @@ func (s *session) setOwn(own *ownConn) {
 
 func (s *session) ownRoundTrip(blocking bool) {
 	b := &s.b
-	if _, err := s.own.nc.Write(b.req); err != nil {
-		s.failBatch(0, b.n, err)
+	if _, err := s.own.nc.Write(b.Req); err != nil {
+		s.failBatch(0, b.N, err)
 		return
 	}
 	var stop func() (clientGone bool)
@@ -46,7 +47,7 @@ func (s *session) ownRoundTrip(blocking bool) {
 	}
 	okLen, done := len(s.out), 0
 	var err error
-	for ; done < b.n; done++ {
+	for ; done < b.N; done++ {
 		if s.out, err = resp.ReadReply(s.own.br, s.out); err != nil {
 			break
 		}
@@ -61,7 +62,7 @@ func (s *session) ownRoundTrip(blocking bool) {
 	}
 	if err != nil {
 		s.out = s.out[:okLen]
-		s.failBatch(done, b.n, err)
+		s.failBatch(done, b.N, err)
 	}
 }
 
@@ -110,11 +111,11 @@ func (s *session) watchClient() (stop func() (clientGone bool)) {
 
 // pin gives the client an upstream connection of its own to p's node, in
 // its db and with its name, after every request sent so far is answered.
-func (s *session) pin(p *pool) bool {
+func (s *session) pin(p *upstream.Pool) bool {
 	s.flush()
-	nc, br, err := p.dial(s.db)
+	nc, br, err := p.Dial(s.db)
 	if err == nil && len(s.name) > 0 {
-		nc.SetDeadline(time.Now().Add(p.timeout))
+		nc.SetDeadline(time.Now().Add(p.DialTimeout()))
 		req := resp.AppendCommand(nil, []byte("CLIENT"), []byte("SETNAME"), s.name)
 		if _, err = nc.Write(req); err == nil {
 			_, err = resp.ReadReply(br, nil)
@@ -125,7 +126,7 @@ func (s *session) pin(p *pool) bool {
 		}
 	}
 	if err != nil {
-		s.out = resp.AppendError(s.out, errorText(err))
+		s.out = resp.AppendError(s.out, upstream.ErrorText(err))
 		return false
 	}
 	s.setOwn(&ownConn{nc: nc, br: br})
@@ -134,11 +135,11 @@ func (s *session) pin(p *pool) bool {
 
 // pinned reports whether requests go to the client's own connection.
 func (s *session) pinned() bool {
-	return s.own != nil && (s.srv.cluster == nil || s.cs.hold || s.streaming)
+	return s.own != nil && (s.srv.up.Cluster == nil || s.cs.hold || s.streaming)
 }
 
 // ownOn makes own a connection to n, replacing one to another node.
-func (s *session) ownOn(n *node) bool {
+func (s *session) ownOn(n *upstream.Node) bool {
 	if s.own != nil && s.cs.ownNode == n {
 		return true
 	}
@@ -151,7 +152,7 @@ func (s *session) ownOn(n *node) bool {
 			s.tx.watching, s.tx.watchLost = false, true
 		}
 	}
-	if !s.pin(n.pool) {
+	if !s.pin(n.Pool) {
 		return false
 	}
 	s.cs.ownNode = n
@@ -166,25 +167,25 @@ func (s *session) ownOn(n *node) bool {
 // sent there; ASK is followed, with ASKING first, only when ask is set,
 // since a transaction or a WATCH cannot be split between two nodes.
 // blocking: cmd may block (see flushBlocking).
-func (s *session) ownExchange(cmd *resp.Command, blocking, ask bool, moveTo func(*node) bool) (mark int) {
+func (s *session) ownExchange(cmd *resp.Command, blocking, ask bool, moveTo func(*upstream.Node) bool) (mark int) {
 	for try := 0; ; try++ {
 		s.flush()
 		mark = len(s.out)
 		s.forward(cmd)
 		s.send(blocking)
-		addr, asking := parseRedirect(s.out[mark:])
+		addr, asking := upstream.ParseRedirect(s.out[mark:])
 		if addr == "" || asking && !ask || s.quit {
 			return mark
 		}
 		s.out = s.out[:mark]
-		if try == maxHops {
-			s.out = resp.AppendError(s.out, msgSlotMoving)
+		if try == upstream.MaxHops {
+			s.out = resp.AppendError(s.out, upstream.MsgSlotMoving)
 			return mark
 		}
 		if !asking {
-			s.srv.cluster.refresh()
+			s.srv.up.Cluster.Refresh()
 		}
-		if !moveTo(s.srv.cluster.node(addr)) {
+		if !moveTo(s.srv.up.Cluster.Node(addr)) {
 			return mark
 		}
 		if asking {
@@ -196,7 +197,7 @@ func (s *session) ownExchange(cmd *resp.Command, blocking, ask bool, moveTo func
 // blockAside runs a blocking command on another node than the one whose
 // connection holds the client's WATCH, on a connection of its own for the
 // time, so that the watch stays.
-func (s *session) blockAside(cmd *resp.Command, n *node) {
+func (s *session) blockAside(cmd *resp.Command, n *upstream.Node) {
 	watch, watchNode := s.own, s.cs.ownNode
 	s.setOwn(nil)
 	if s.ownOn(n) {
@@ -213,14 +214,14 @@ func (s *session) blockAside(cmd *resp.Command, n *node) {
 // new connections, since the shared ones wait behind the busy script. The
 // reply is +OK when it killed one somewhere, else the first master's.
 func (s *session) killEverywhere(cmd *resp.Command) {
-	t, _, err := s.srv.cluster.current()
+	t, _, err := s.srv.up.Cluster.Current()
 	if err != nil {
-		s.replyError(errorText(err))
+		s.replyError(upstream.ErrorText(err))
 		return
 	}
 	req := rawOf(cmd)
 	var first []byte
-	for _, n := range t.masters {
+	for _, n := range t.Masters {
 		reply := killOn(n, req)
 		if string(reply) == "+OK\r\n" {
 			s.reply(reply)
@@ -233,10 +234,10 @@ func (s *session) killEverywhere(cmd *resp.Command) {
 	s.reply(first)
 }
 
-func killOn(n *node, req []byte) []byte {
-	nc, br, err := n.pool.dial(0)
+func killOn(n *upstream.Node, req []byte) []byte {
+	nc, br, err := n.Pool.Dial(0)
 	if err != nil {
-		return resp.AppendError(nil, errorText(err))
+		return resp.AppendError(nil, upstream.ErrorText(err))
 	}
 	defer nc.Close()
 	if _, err = nc.Write(req); err == nil {
@@ -245,7 +246,7 @@ func killOn(n *node, req []byte) []byte {
 			return reply
 		}
 	}
-	return resp.AppendError(nil, errorText(err))
+	return resp.AppendError(nil, upstream.ErrorText(err))
 }
 
 // rawOf is cmd as RESP, as it came when it came so.

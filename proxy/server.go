@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -14,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
-	"github.com/hotkeyproxy/hotkeyproxy/internal/keyspec"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
+	"github.com/hotkeyproxy/hotkeyproxy/proxy/upstream"
 	"github.com/hotkeyproxy/hotkeyproxy/rewrite"
 )
 
@@ -26,13 +25,9 @@ type Server struct {
 	live     atomic.Pointer[config.Config] // the running config: see config
 	reloader func() error                  // PROXY CONFIG RELOAD; see SetReloader
 	log      *slog.Logger
-	pool     *pool                         // standalone mode
-	cluster  *clusterUpstream              // cluster mode
-	keys     atomic.Pointer[keyspec.Table] // standalone mode, once asked
-	keysMu   sync.Mutex                    // one asks
-	keysErr  atomic.Int64                  // unix nanos of the last failed ask
-	hot      *rewrite.Engine               // hot keys: the configured ones and those met
-	detect   *detection                    // finds hot keys in the traffic
+	up       *upstream.Redis // the Redis behind: a standalone server or a cluster
+	hot      *rewrite.Engine // hot keys: the configured ones and those met
+	detect   *detection      // finds hot keys in the traffic
 
 	closing atomic.Bool
 	nextID  atomic.Uint64
@@ -56,37 +51,17 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	s := &Server{cfg: cfg, log: log, sessions: make(map[*session]struct{})}
 	s.live.Store(cfg)
 	s.m = newMetrics(prometheus.NewRegistry(), s.Clients)
-	switch cfg.Upstream.Mode {
-	case config.ModeStandalone:
-		d := dialer{
-			addr:     cfg.Upstream.Addrs[0],
-			username: cfg.Upstream.Username,
-			password: string(cfg.Upstream.Password),
-			timeout:  cfg.Upstream.DialTimeout.Duration(),
-		}
-		s.pool = newPool(d, cfg.Upstream.ConnsPerNode)
-		s.pool.m, s.pool.log = s.m.node(d.addr), log
-	case config.ModeCluster:
-		s.cluster = newClusterUpstream(&cfg.Upstream, log, s.m)
-	default:
-		return nil, fmt.Errorf("proxy: unknown upstream.mode %q", cfg.Upstream.Mode)
-	}
-	s.hot = rewrite.New(hotUpstream{s}, cfg)
 	var err error
+	s.up, err = upstream.New(&cfg.Upstream, log, upstream.Metrics{Node: s.m.node, Moved: s.m.moved, Ask: s.m.ask})
+	if err != nil {
+		return nil, err
+	}
+	s.hot = rewrite.New(s.up, cfg)
 	if s.detect, err = newDetection(cfg.Hotkeys.Detect); err != nil {
 		return nil, err
 	}
 	s.m.reg.MustRegister(newHotKeyCollector(s))
 	return s, nil
-}
-
-// closeUpstream retires the upstream connections.
-func (s *Server) closeUpstream() {
-	if s.cluster != nil {
-		s.cluster.close()
-	} else {
-		s.pool.close()
-	}
 }
 
 // ListenAndServe listens on cfg.Listen and serves until Shutdown.
@@ -213,10 +188,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			sess.abort()
 		}
 		s.mu.Unlock()
-		s.closeUpstream()
+		s.up.Close()
 		<-done
 	}
-	s.closeUpstream()
+	s.up.Close()
 	s.closeMetrics()
 	return err
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/proxy/upstream"
 )
 
 // msgConfigHidden: a CONFIG GET reply can only be masked when it is not
@@ -38,10 +39,10 @@ type session struct {
 
 	out    []byte // replies not yet written to the client
 	w      *clientWriter
-	b      batch       // requests not yet sent upstream
-	shared *sharedConn // the shared connection for db, cached
-	own    *ownConn    // the client's own connection, once it needed one
-	quit   bool        // close once out is written
+	b      upstream.Batch // requests not yet sent upstream
+	shared *upstream.Conn // the shared connection for db, cached
+	own    *ownConn       // the client's own connection, once it needed one
+	quit   bool           // close once out is written
 	tx     txState
 
 	// ownNC is own's connection for abort, which runs on another goroutine.
@@ -79,9 +80,9 @@ func newSession(srv *Server, nc net.Conn, id uint64) *session {
 	}
 	s.rd.SetAuthRequired(!s.authed)
 	s.w = newClientWriter(nc, int(srv.config().Limits.QueryBuffer))
-	s.b.doneCh = make(chan struct{}, 1)
+	s.b.DoneCh = make(chan struct{}, 1)
 	s.tx.slot = -1
-	s.cs.c, s.cs.id = srv.cluster, id
+	s.cs.RoundTrip = upstream.NewRoundTrip(srv.up.Cluster, id)
 	return s
 }
 
@@ -197,14 +198,14 @@ func (s *session) handle(cmd *resp.Command) {
 	if s.hotCommand(cmd, c, string(name)) {
 		return
 	}
-	if s.srv.cluster != nil && s.clusterHandle(cmd, c) {
+	if s.srv.up.Cluster != nil && s.clusterHandle(cmd, c) {
 		return
 	}
 	switch c.route {
 	case routeLocal:
 		if s.upstreamOwns(c) {
 			s.dispatch(cmd, c)
-			if string(name) == "select" && s.srv.cluster == nil {
+			if string(name) == "select" && s.srv.up.Cluster == nil {
 				s.ownSelect(cmd)
 			}
 			return
@@ -221,7 +222,7 @@ func (s *session) handle(cmd *resp.Command) {
 		}
 		s.forward(cmd)
 	case routeOwn:
-		if s.own == nil && !s.pin(s.srv.pool) {
+		if s.own == nil && !s.pin(s.srv.up.Pool) {
 			return
 		}
 		if string(name) == "multi" {
@@ -233,7 +234,7 @@ func (s *session) handle(cmd *resp.Command) {
 			s.flushBlocking()
 		}
 	case routeStream:
-		if s.own == nil && !s.pin(s.srv.pool) {
+		if s.own == nil && !s.pin(s.srv.up.Pool) {
 			return
 		}
 		s.startStream()
@@ -246,7 +247,7 @@ func (s *session) handle(cmd *resp.Command) {
 // dispatch queues cmd for whatever upstream serves it: in cluster mode the
 // node of its keys, unless the client is held on its own connection.
 func (s *session) dispatch(cmd *resp.Command, c *command) {
-	if s.srv.cluster != nil && !s.pinned() && !s.streaming {
+	if s.srv.up.Cluster != nil && !s.pinned() && !s.streaming {
 		s.clusterForward(cmd, c)
 		return
 	}
@@ -256,12 +257,12 @@ func (s *session) dispatch(cmd *resp.Command, c *command) {
 // forward queues cmd for the client's own or shared connection.
 func (s *session) forward(cmd *resp.Command) {
 	if cmd.Raw != nil {
-		s.b.req = append(s.b.req, cmd.Raw...)
+		s.b.Req = append(s.b.Req, cmd.Raw...)
 	} else {
-		s.b.req = resp.AppendCommand(s.b.req, cmd.Args...)
+		s.b.Req = resp.AppendCommand(s.b.Req, cmd.Args...)
 	}
-	s.b.n++
-	if s.b.n >= maxBatchCommands || len(s.b.req) >= maxBatchBytes {
+	s.b.N++
+	if s.b.N >= maxBatchCommands || len(s.b.Req) >= maxBatchBytes {
 		s.flush()
 		if len(s.out) >= maxPendingOut && !s.write() {
 			s.quit = true
@@ -303,14 +304,14 @@ func (s *session) sendBatch(blocking bool) {
 		s.clusterRoundTrip()
 	}
 	b := &s.b
-	if b.n == 0 {
+	if b.N == 0 {
 		return
 	}
-	n := b.n
-	defer func() { b.req, b.n = b.req[:0], 0 }()
+	n := b.N
+	defer func() { b.Req, b.N = b.Req[:0], 0 }()
 	switch {
 	case s.streaming:
-		if _, err := s.own.nc.Write(b.req); err != nil {
+		if _, err := s.own.nc.Write(b.Req); err != nil {
 			s.quit = true
 		}
 	case s.pinned():
@@ -321,20 +322,20 @@ func (s *session) sendBatch(blocking bool) {
 			s.failBatch(0, n, err)
 			return
 		}
-		b.out, b.okLen, b.done, b.err = s.out, len(s.out), 0, nil
-		conn.send(b)
-		<-b.doneCh
-		s.out, b.out = b.out, nil
-		if b.err != nil {
-			s.out = s.out[:b.okLen]
-			s.failBatch(b.done, n, b.err)
+		b.Out, b.OKLen, b.Done, b.Err = s.out, len(s.out), 0, nil
+		conn.Send(b)
+		<-b.DoneCh
+		s.out, b.Out = b.Out, nil
+		if b.Err != nil {
+			s.out = s.out[:b.OKLen]
+			s.failBatch(b.Done, n, b.Err)
 		}
 	}
 }
 
 // failBatch answers requests done..n of a failed batch with an error.
 func (s *session) failBatch(done, n int, err error) {
-	msg := errorText(err)
+	msg := upstream.ErrorText(err)
 	for i := done; i < n; i++ {
 		s.out = resp.AppendError(s.out, msg)
 	}
@@ -345,11 +346,11 @@ func (s *session) failBatch(done, n int, err error) {
 	}
 }
 
-func (s *session) sharedConn() (*sharedConn, error) {
-	if s.shared != nil && !s.shared.dead.Load() {
+func (s *session) sharedConn() (*upstream.Conn, error) {
+	if s.shared != nil && !s.shared.Failed() {
 		return s.shared, nil
 	}
-	c, err := s.srv.pool.get(s.db, s.id)
+	c, err := s.srv.up.Pool.Get(s.db, s.id)
 	if err != nil {
 		return nil, err
 	}

@@ -158,7 +158,7 @@ func (s *session) handleStreaming(cmd *resp.Command, name []byte) {
 		s.resetState()
 		return
 	}
-	if s.srv.cluster != nil {
+	if s.srv.up.Cluster != nil {
 		s.clusterStreaming(cmd, string(name))
 		return
 	}
@@ -188,9 +188,9 @@ func (s *session) clusterStream(cmd *resp.Command, c *command) {
 	if !ok {
 		return
 	}
-	n := t.masters[0]
+	n := t.Masters[0]
 	if slot >= 0 {
-		n = t.slots[slot]
+		n = t.Slots[slot]
 	}
 	s.flush()
 	if !s.ownOn(n) {
@@ -286,7 +286,7 @@ func (s *session) clusterStreaming(cmd *resp.Command, name string) {
 	case "monitor":
 		cs.monitor = true
 	}
-	if _, keys, err := s.srv.cluster.current(); err == nil && len(cs.subs) > 0 {
+	if _, keys, err := s.srv.up.Cluster.Current(); err == nil && len(cs.subs) > 0 {
 		if cs.keyIdx, _ = keys.Keys(cmd.Args, cs.keyIdx[:0]); len(cs.keyIdx) > 0 {
 			s.streamReplyError(rediserr.Subscribed(name))
 			return
@@ -300,13 +300,13 @@ func (s *session) clusterStreaming(cmd *resp.Command, name string) {
 // several masters. A channel in the slot of one already followed is here,
 // whatever a slot map not yet reloaded says.
 func (s *session) shardChannelsHere(channels [][]byte) bool {
-	t, _, err := s.srv.cluster.current()
+	t, _, err := s.srv.up.Cluster.Current()
 	if err != nil {
 		return true // the node will say
 	}
 	for _, ch := range channels {
 		slot := hashslot.Of(ch)
-		if t.slots[slot] != s.cs.ownNode && !s.followsSlot(slot) {
+		if t.Slots[slot] != s.cs.ownNode && !s.followsSlot(slot) {
 			return false
 		}
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/proxy/upstream"
 )
 
 // A transaction runs on the client's own connection, where Redis queues
@@ -58,9 +59,9 @@ func (s *session) endOwnTx(cmd *resp.Command, name string) {
 // clusterMulti opens a transaction on the client's home master, or on the
 // node of the keys it watches.
 func (s *session) clusterMulti(cmd *resp.Command) {
-	t, _, err := s.srv.cluster.current()
+	t, _, err := s.srv.up.Cluster.Current()
 	if err != nil {
-		s.replyError(errorText(err))
+		s.replyError(upstream.ErrorText(err))
 		return
 	}
 	s.flush()
@@ -106,11 +107,11 @@ func (s *session) clusterOwn(cmd *resp.Command, c *command) {
 			return
 		}
 		s.flush()
-		if name != "watch" && s.tx.watching && t.slots[slot] != s.cs.ownNode {
-			s.blockAside(cmd, t.slots[slot])
+		if name != "watch" && s.tx.watching && t.Slots[slot] != s.cs.ownNode {
+			s.blockAside(cmd, t.Slots[slot])
 			return
 		}
-		if !s.ownOn(t.slots[slot]) {
+		if !s.ownOn(t.Slots[slot]) {
 			return
 		}
 		s.cs.hold = true
@@ -163,7 +164,7 @@ func (s *session) clusterTx(cmd *resp.Command, c *command) bool {
 		// Queued as a standalone Redis queues them, and failing at EXEC
 		// with its words; never run on the node, whose answer would
 		// name nodes.
-		_, keys, _ := s.srv.cluster.current()
+		_, keys, _ := s.srv.up.Cluster.Current()
 		if keys.Check(cmd.Args) != nil {
 			s.replyError(s.clusterRefusal(cmd.Args, name))
 			s.tx.dirty = true
@@ -174,7 +175,7 @@ func (s *session) clusterTx(cmd *resp.Command, c *command) bool {
 	}
 	switch {
 	case slot >= 0 && s.tx.slot < 0:
-		if t.slots[slot] != cs.ownNode && !s.moveTx(t.slots[slot]) {
+		if t.Slots[slot] != cs.ownNode && !s.moveTx(t.Slots[slot]) {
 			return true
 		}
 		s.tx.slot = slot
@@ -231,14 +232,14 @@ func (s *session) endTx() {
 
 // moveTx moves an open transaction that has seen no key yet to n: it is
 // discarded where it ran and started again on n, its replies already given.
-func (s *session) moveTx(n *node) bool {
+func (s *session) moveTx(n *upstream.Node) bool {
 	mark := s.exchange(&resp.Command{Args: [][]byte{[]byte("DISCARD")}})
 	s.out = s.out[:mark]
 	if !s.ownOn(n) {
 		s.quit = true // the transaction is lost: close, as Redis would
 		return false
 	}
-	s.b.req, s.b.n = append(s.b.req, s.tx.replay...), s.tx.replayN
+	s.b.Req, s.b.N = append(s.b.Req, s.tx.replay...), s.tx.replayN
 	s.flush()
 	ok := bytes.HasPrefix(s.out[mark:], []byte("+OK\r\n"))
 	s.out = s.out[:mark]

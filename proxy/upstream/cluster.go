@@ -1,4 +1,4 @@
-package proxy
+package upstream
 
 import (
 	"errors"
@@ -25,65 +25,68 @@ const (
 	minRefreshGap   = 100 * time.Millisecond
 )
 
-// node is one Redis server of the cluster with its shared connections.
-type node struct {
-	addr string
-	pool *pool
+// Node is one Redis server of the cluster with its pool. A Cluster has one
+// Node per address, for its whole life, so nodes compare with ==.
+type Node struct {
+	Addr string // host:port, as the cluster names it
+	Pool *Pool
 }
 
-// topology is one loaded view of the cluster. It is never changed once
+// Topology is one loaded view of the cluster. It is never changed once
 // published; a refresh publishes a new one.
-type topology struct {
-	slots   [hashslot.Count]*node // the master serving each slot; nil if none
-	masters []*node               // each master once, by the lowest slot it serves
-	lowest  []uint16              // lowest[i] is the lowest slot of masters[i]
+type Topology struct {
+	Slots   [hashslot.Count]*Node // the master serving each slot; nil if none
+	Masters []*Node               // each master once, by the lowest slot it serves
+	Lowest  []uint16              // Lowest[i] is the lowest slot of Masters[i]
 }
 
-// masterIndex is i where masters[i] == n, or -1.
-func (t *topology) masterIndex(n *node) int { return slices.Index(t.masters, n) }
+// MasterIndex is i where Masters[i] == n, or -1.
+func (t *Topology) MasterIndex(n *Node) int { return slices.Index(t.Masters, n) }
 
-// clusterUpstream is a Redis Cluster behind the proxy: the slot map, the
-// nodes with their connection pools, and the command table that tells
-// which arguments are keys. Safe for concurrent use.
-type clusterUpstream struct {
+// Cluster is a Redis Cluster behind the proxy: the slot map, the nodes
+// with their pools, the command table that tells which arguments are keys,
+// and the script bodies seen. Safe for concurrent use.
+type Cluster struct {
 	cfg   *config.Upstream
 	log   *slog.Logger
-	m     *metrics
-	topo  atomic.Pointer[topology]
+	m     Metrics
+	topo  atomic.Pointer[Topology]
 	keys  atomic.Pointer[keyspec.Table]
 	wake  chan struct{} // cap 1: refresh now
 	quit  chan struct{}
 	done  chan struct{}
 	mu    sync.Mutex
-	nodes map[string]*node // every node ever named, by address
+	nodes map[string]*Node // every node ever named, by address
 	err   error            // why the last load failed; nil after a success
 
-	scripts scriptCache
+	scripts *ScriptCache
 }
 
-func newClusterUpstream(cfg *config.Upstream, log *slog.Logger, m *metrics) *clusterUpstream {
-	c := &clusterUpstream{
+// newCluster loads the slot map from cfg's seeds and keeps it fresh
+// until close. When no seed answers it starts anyway, as in standalone
+// mode: clients get an error until one does.
+func newCluster(cfg *config.Upstream, log *slog.Logger, m Metrics) *Cluster {
+	c := &Cluster{
 		cfg:   cfg,
 		log:   log,
 		m:     m,
 		wake:  make(chan struct{}, 1),
 		quit:  make(chan struct{}),
 		done:  make(chan struct{}),
-		nodes: make(map[string]*node),
+		nodes: make(map[string]*Node),
 
 		scripts: newScriptCache(),
 	}
 	if err := c.load(); err != nil {
-		// Start anyway, as in standalone mode: clients get an error
-		// until a seed answers.
 		log.Warn("cluster slot map not loaded; retrying", "err", err)
 	}
 	go c.refreshLoop()
 	return c
 }
 
-// node returns the node at addr, adding it when first named.
-func (c *clusterUpstream) node(addr string) *node {
+// Node returns the node at addr (host:port), adding it when first named,
+// by the slot map or a redirection.
+func (c *Cluster) Node(addr string) *Node {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := c.nodes[addr]
@@ -94,16 +97,15 @@ func (c *clusterUpstream) node(addr string) *node {
 			password: string(c.cfg.Password),
 			timeout:  c.cfg.DialTimeout.Duration(),
 		}
-		n = &node{addr: addr, pool: newPool(d, c.cfg.ConnsPerNode)}
-		n.pool.m, n.pool.log = c.m.node(addr), c.log
+		n = &Node{Addr: addr, Pool: newPool(d, c.cfg.ConnsPerNode, c.m.Node(addr), c.log)}
 		c.nodes[addr] = n
 	}
 	return n
 }
 
-// current is the slot map and command table, or an error saying why the
-// proxy has none yet.
-func (c *clusterUpstream) current() (*topology, *keyspec.Table, error) {
+// Current is the slot map and command table, or an error saying why the
+// proxy has none yet; then a refresh is asked for at once.
+func (c *Cluster) Current() (*Topology, *keyspec.Table, error) {
 	t, k := c.topo.Load(), c.keys.Load()
 	if t == nil || k == nil {
 		c.mu.Lock()
@@ -112,16 +114,36 @@ func (c *clusterUpstream) current() (*topology, *keyspec.Table, error) {
 		if err == nil {
 			err = errors.New("cluster slot map not loaded yet")
 		}
-		c.refresh() // a client is waiting: try again now, not at the tick
+		c.Refresh() // a client is waiting: try again now, not at the tick
 		return nil, nil, err
 	}
 	return t, k, nil
 }
 
-// refresh asks for a new slot map soon; it does not wait for it.
-func (c *clusterUpstream) refresh() { signal(c.wake) }
+// Refresh asks for a new slot map soon; it does not wait for it. Requests
+// that come faster than one per 100 ms are coalesced.
+func (c *Cluster) Refresh() { signal(c.wake) }
 
-func (c *clusterUpstream) refreshLoop() {
+// Ready reports why the cluster cannot serve now: the slot map is not
+// loaded, or its last refresh failed (the error names each node asked).
+func (c *Cluster) Ready() error {
+	c.mu.Lock()
+	err := c.err
+	c.mu.Unlock()
+	switch {
+	case err != nil:
+		return err
+	case c.topo.Load() == nil || c.keys.Load() == nil:
+		return errors.New("cluster slot map not loaded yet")
+	}
+	return nil
+}
+
+// Scripts is the cache of the script bodies seen, which the round trip
+// loads on a node that answers NOSCRIPT.
+func (c *Cluster) Scripts() *ScriptCache { return c.scripts }
+
+func (c *Cluster) refreshLoop() {
 	defer close(c.done)
 	tick := time.NewTicker(refreshInterval)
 	defer tick.Stop()
@@ -143,11 +165,11 @@ func (c *clusterUpstream) refreshLoop() {
 
 // load asks the known masters, then the seeds, for the slot map, and keeps
 // the first complete answer.
-func (c *clusterUpstream) load() error {
+func (c *Cluster) load() error {
 	var addrs []string
 	if t := c.topo.Load(); t != nil {
-		for _, n := range t.masters {
-			addrs = append(addrs, n.addr)
+		for _, n := range t.Masters {
+			addrs = append(addrs, n.Addr)
 		}
 	}
 	for _, a := range c.cfg.Addrs {
@@ -157,7 +179,7 @@ func (c *clusterUpstream) load() error {
 	}
 	var errs []error
 	for _, a := range addrs {
-		err := c.loadFrom(c.node(a))
+		err := c.loadFrom(c.Node(a))
 		if err == nil {
 			c.mu.Lock()
 			c.err = nil
@@ -177,18 +199,18 @@ func (c *clusterUpstream) load() error {
 	return err
 }
 
-func (c *clusterUpstream) loadFrom(n *node) error {
+func (c *Cluster) loadFrom(n *Node) error {
 	req := resp.AppendCommand(nil, []byte("CLUSTER"), []byte("SLOTS"))
 	want := 1
 	if c.keys.Load() == nil {
 		req = resp.AppendCommand(req, []byte("COMMAND"))
 		want++
 	}
-	replies, err := n.pool.ask(req, want)
+	replies, err := n.Pool.ask(req, want)
 	if err != nil {
 		return err
 	}
-	host, _, _ := net.SplitHostPort(n.addr)
+	host, _, _ := net.SplitHostPort(n.Addr)
 	t, err := c.parseSlots(replies[0], host)
 	if err != nil {
 		return err
@@ -205,9 +227,9 @@ func (c *clusterUpstream) loadFrom(n *node) error {
 	}
 	switch old := c.topo.Swap(t); {
 	case old == nil:
-		c.log.Info("cluster slot map loaded", "from", n.addr, "master_count", len(t.masters), "masters", t.describe())
-	case old.slots != t.slots:
-		c.log.Info("cluster topology changed", "from", n.addr, "master_count", len(t.masters), "masters", t.describe())
+		c.log.Info("cluster slot map loaded", "from", n.Addr, "master_count", len(t.Masters), "masters", t.describe())
+	case old.Slots != t.Slots:
+		c.log.Info("cluster topology changed", "from", n.Addr, "master_count", len(t.Masters), "masters", t.describe())
 	}
 	return nil
 }
@@ -215,7 +237,7 @@ func (c *clusterUpstream) loadFrom(n *node) error {
 // parseSlots builds a topology from a CLUSTER SLOTS reply, per the Redis
 // Cluster spec: an array of [start, end, [ip, port, id, …], replicas…]. An
 // empty ip means the node that answered.
-func (c *clusterUpstream) parseSlots(reply []byte, host string) (*topology, error) {
+func (c *Cluster) parseSlots(reply []byte, host string) (*Topology, error) {
 	if resp.IsError(reply) {
 		return nil, fmt.Errorf("CLUSTER SLOTS: %s", reply[1:len(reply)-2])
 	}
@@ -223,7 +245,7 @@ func (c *clusterUpstream) parseSlots(reply []byte, host string) (*topology, erro
 	if !ok || len(ranges) == 0 {
 		return nil, errors.New("CLUSTER SLOTS: no slots served")
 	}
-	t := &topology{}
+	t := &Topology{}
 	var fields, master [][]byte
 	for _, r := range ranges {
 		fields, ok = resp.ArrayElems(r, fields[:0])
@@ -244,33 +266,33 @@ func (c *clusterUpstream) parseSlots(reply []byte, host string) (*topology, erro
 		if len(ip) == 0 {
 			ip = []byte(host)
 		}
-		n := c.node(net.JoinHostPort(string(ip), strconv.FormatInt(port, 10)))
+		n := c.Node(net.JoinHostPort(string(ip), strconv.FormatInt(port, 10)))
 		for s := start; s <= end; s++ {
-			t.slots[s] = n
+			t.Slots[s] = n
 		}
 	}
-	for s, n := range t.slots {
-		if n != nil && !slices.Contains(t.masters, n) {
-			t.masters = append(t.masters, n)
-			t.lowest = append(t.lowest, uint16(s))
+	for s, n := range t.Slots {
+		if n != nil && !slices.Contains(t.Masters, n) {
+			t.Masters = append(t.Masters, n)
+			t.Lowest = append(t.Lowest, uint16(s))
 		}
 	}
 	return t, nil
 }
 
 // describe lists the masters with their slot ranges, for the log.
-func (t *topology) describe() string {
+func (t *Topology) describe() string {
 	var b strings.Builder
 	for s := 0; s < hashslot.Count; {
-		n, e := t.slots[s], s
-		for e+1 < hashslot.Count && t.slots[e+1] == n {
+		n, e := t.Slots[s], s
+		for e+1 < hashslot.Count && t.Slots[e+1] == n {
 			e++
 		}
 		if n != nil {
 			if b.Len() > 0 {
 				b.WriteByte(' ')
 			}
-			fmt.Fprintf(&b, "%d-%d:%s", s, e, n.addr)
+			fmt.Fprintf(&b, "%d-%d:%s", s, e, n.Addr)
 		}
 		s = e + 1
 	}
@@ -278,7 +300,7 @@ func (t *topology) describe() string {
 }
 
 // close stops refreshing and retires every node's shared connections.
-func (c *clusterUpstream) close() {
+func (c *Cluster) close() {
 	select {
 	case <-c.quit:
 	default:
@@ -286,12 +308,12 @@ func (c *clusterUpstream) close() {
 	}
 	<-c.done
 	c.mu.Lock()
-	nodes := make([]*node, 0, len(c.nodes))
+	nodes := make([]*Node, 0, len(c.nodes))
 	for _, n := range c.nodes {
 		nodes = append(nodes, n)
 	}
 	c.mu.Unlock()
 	for _, n := range nodes {
-		n.pool.close()
+		n.Pool.close()
 	}
 }

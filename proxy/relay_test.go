@@ -1,0 +1,89 @@
+package proxy
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/hotkeyproxy/hotkeyproxy/config"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/redistest"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
+)
+
+func startTestProxy(t *testing.T, upstream string, edit func(*config.Config)) string {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Upstream.Addrs = []string{upstream}
+	cfg.Metrics.Listen = ""
+	if edit != nil {
+		edit(cfg)
+	}
+	srv, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Shutdown(t.Context()) })
+	return ln.Addr().String()
+}
+
+// dialClient connects a test client whose every read and write must be
+// done within limit.
+func dialClient(addr string, limit time.Duration) (net.Conn, *bufio.Reader, error) {
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	nc.SetDeadline(time.Now().Add(limit))
+	return nc, bufio.NewReader(nc), nil
+}
+
+func pipelineEcho(addr string, client, rounds, depth int) error {
+	nc, br, err := dialClient(addr, 30*time.Second)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	for r := range rounds {
+		var req, want []byte
+		for i := range depth {
+			tag := []byte(fmt.Sprintf("c%d-r%d-i%d", client, r, i))
+			req = resp.AppendCommand(req, []byte("ECHO"), tag)
+			want = resp.AppendBulk(want, tag)
+		}
+		if _, err := nc.Write(req); err != nil {
+			return err
+		}
+		var got []byte
+		for range depth {
+			if got, err = resp.ReadReply(br, got); err != nil {
+				return fmt.Errorf("client %d round %d: %v", client, r, err)
+			}
+		}
+		if string(got) != string(want) {
+			return fmt.Errorf("client %d round %d: got %q, want %q", client, r, got, want)
+		}
+	}
+	return nil
+}
+
+// TestPipelineBatched: a client's pipeline reaches Redis in a few writes,
+// not one round trip per command, even when Redis is slow to answer.
+func TestPipelineBatched(t *testing.T) {
+	be := redistest.StartBackend(t, redistest.BackendOptions{Delay: 20 * time.Millisecond})
+	addr := startTestProxy(t, be.Addr(), nil)
+	if err := pipelineEcho(addr, 0, 1, 300); err != nil {
+		t.Fatal(err)
+	}
+	if n := be.Bursts(); n > 3 {
+		t.Errorf("300 pipelined commands reached the backend in %d bursts, want them batched", n)
+	}
+}

@@ -1,0 +1,373 @@
+package upstream
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
+)
+
+// ErrClosed fails requests queued on a connection that has been retired:
+// its pool was closed, or a Batch was sent after it failed for this reason.
+// Its text names the proxy, as clients see it in "-ERR upstream
+// unavailable: …".
+var ErrClosed = errors.New("proxy: upstream connection closed")
+
+// RedisError is an error reply from Redis, kept verbatim ("ERR …",
+// "WRONGPASS …") so it can be relayed unchanged. Transport failures are
+// plain errors instead: they retire the connection, a RedisError does not.
+type RedisError string
+
+func (e RedisError) Error() string { return string(e) }
+
+// ErrorText turns an upstream failure into the text of an error reply,
+// without the leading '-' and CRLF: Redis's own words for a RedisError,
+// otherwise "ERR upstream unavailable: " and the cause on one line.
+func ErrorText(err error) string {
+	var re RedisError
+	if errors.As(err, &re) {
+		return string(re)
+	}
+	return "ERR upstream unavailable: " + strings.NewReplacer("\r", " ", "\n", " ").Replace(err.Error())
+}
+
+// dialer opens connections to one node.
+type dialer struct {
+	addr     string
+	username string
+	password string // "": no AUTH
+	timeout  time.Duration
+}
+
+// dial connects, authenticates and selects db, all within the dial timeout.
+// A Redis error reply to SELECT comes back as RedisError so the client sees
+// Redis's own text ("ERR DB index is out of range").
+func (d *dialer) dial(db int) (net.Conn, *bufio.Reader, error) {
+	nc, err := net.DialTimeout("tcp", d.addr, d.timeout)
+	if err != nil {
+		return nil, nil, err
+	}
+	if tc, ok := nc.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	var req []byte
+	steps := 0
+	if d.password != "" {
+		if d.username != "" {
+			req = resp.AppendCommand(req, []byte("AUTH"), []byte(d.username), []byte(d.password))
+		} else {
+			req = resp.AppendCommand(req, []byte("AUTH"), []byte(d.password))
+		}
+		steps++
+	}
+	if db != 0 {
+		req = resp.AppendCommand(req, []byte("SELECT"), strconv.AppendInt(nil, int64(db), 10))
+		steps++
+	}
+	br := bufio.NewReaderSize(nc, 16<<10)
+	if steps == 0 {
+		return nc, br, nil
+	}
+	nc.SetDeadline(time.Now().Add(d.timeout))
+	err = func() error {
+		if _, err := nc.Write(req); err != nil {
+			return err
+		}
+		for i := 0; i < steps; i++ {
+			reply, err := resp.ReadReply(br, nil)
+			if err != nil {
+				return err
+			}
+			if reply[0] == '-' {
+				msg := string(reply[1 : len(reply)-2])
+				if i == 0 && d.password != "" {
+					return fmt.Errorf("proxy: upstream %s refused our AUTH: %s", d.addr, msg)
+				}
+				return RedisError(msg)
+			}
+		}
+		return nil
+	}()
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	nc.SetDeadline(time.Time{})
+	return nc, br, nil
+}
+
+// Batch is one run of requests sent on a Conn together; the replies are
+// appended to Out in order. Before each Send the sender sets Req, N and
+// Out (the buffer to append to, nil for a new one), and resets Done,
+// OKLen, Err and Ends; DoneCh is made once. The Conn owns the Batch from
+// Send until it signals DoneCh, and the sender must not change Req
+// meanwhile.
+type Batch struct {
+	Req   []byte // RESP frames to send
+	N     int    // replies expected
+	Out   []byte // replies are appended here
+	Done  int    // replies complete in Out
+	OKLen int    // len(Out) after the last complete reply
+	// Ends, when not nil, gets len(Out) after each reply, so the replies
+	// can be told apart.
+	Ends []int
+	// Err is why the replies after the first Done are missing: a transport
+	// failure, after which Out[OKLen:] is a partial reply to drop.
+	Err error
+	// DoneCh is signalled once per Send, when all replies are in or the
+	// connection failed. It must have a buffer of 1, so the reader never
+	// waits on the sender.
+	DoneCh chan struct{}
+
+	// sent is monoNow when the write that carried it began, set on the
+	// last batch of each write only: the metrics time writes, not batches.
+	sent time.Duration
+}
+
+// replies splits Out into the replies complete in it; Ends must be set.
+func (b *Batch) replies(dst [][]byte) [][]byte {
+	start := 0
+	for _, end := range b.Ends {
+		dst = append(dst, b.Out[start:end])
+		start = end
+	}
+	return dst
+}
+
+// Conn multiplexes many clients' batches over one connection to Redis. A
+// sender that finds no write in progress writes its batch itself, saving
+// a goroutine hand-off; batches that arrive meanwhile queue up and the
+// writer goroutine sends them together in one write. A reader goroutine
+// fills replies in FIFO order: Redis answers in request order, so reply i
+// belongs to the i-th request written. Nothing stateful may be sent on
+// it (MULTI, SELECT, SUBSCRIBE): its users would see each other's state.
+// Safe for concurrent use.
+type Conn struct {
+	nc   net.Conn
+	br   *bufio.Reader
+	m    *NodeMetrics
+	wake chan struct{} // cap 1: writeLoop has pending batches to send
+	quit chan struct{} // closed when the connection fails
+
+	mu       sync.Mutex
+	writing  bool        // someone holds the write side; guarded by mu
+	pending  []*Batch    // queued, not written; failed by fail
+	inflight []*Batch    // written or being written; failed only by readLoop
+	err      error       // sticky failure; guarded by mu
+	dead     atomic.Bool // err != nil, readable without mu on the hot path
+
+	// Scratch of the write side's holder.
+	wbatches []*Batch
+	wbufs    net.Buffers
+}
+
+func newConn(nc net.Conn, br *bufio.Reader, m *NodeMetrics) *Conn {
+	c := &Conn{
+		nc: nc, br: br, m: m,
+		wake: make(chan struct{}, 1),
+		quit: make(chan struct{}),
+	}
+	go c.writeLoop()
+	go c.readLoop()
+	return c
+}
+
+// Failed reports whether the connection is retired; a Batch sent on it
+// fails at once. Its pool dials a new one on the next Get.
+func (c *Conn) Failed() bool { return c.dead.Load() }
+
+// Send sends b; b.DoneCh is signalled when b is complete or failed.
+func (c *Conn) Send(b *Batch) {
+	c.mu.Lock()
+	switch {
+	case c.err != nil:
+		err := c.err
+		c.mu.Unlock()
+		b.Err = err
+		b.DoneCh <- struct{}{}
+		return
+	case c.writing:
+		c.pending = append(c.pending, b)
+		c.mu.Unlock()
+		return
+	}
+	c.writing = true
+	c.pending = append(c.pending, b)
+	c.mu.Unlock()
+	// Let the other clients the poller just woke queue their batches too,
+	// so one write carries them all: per-request writes to Redis cost more
+	// CPU than the proxy's own work.
+	runtime.Gosched()
+	if c.writePending() {
+		c.endWrite()
+	}
+}
+
+// writePending writes every queued batch in one write. Only the holder of
+// the write side calls it. It reports false when the connection failed.
+func (c *Conn) writePending() bool {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return false
+	}
+	n := 0
+	for _, b := range c.pending {
+		b.sent = 0
+		n += b.N
+	}
+	if len(c.pending) > 0 {
+		c.pending[len(c.pending)-1].sent = monoNow()
+	}
+	c.m.Requests.Add(float64(n))
+	c.wbatches, c.pending = c.pending, c.wbatches[:0]
+	c.inflight = append(c.inflight, c.wbatches...)
+	c.mu.Unlock()
+	c.wbufs = c.wbufs[:0]
+	for _, b := range c.wbatches {
+		c.wbufs = append(c.wbufs, b.Req)
+	}
+	// The requests stay owned by their senders, which reuse them only
+	// after their replies arrived, i.e. after the kernel took the bytes.
+	bufs := c.wbufs // WriteTo consumes its receiver
+	_, err := bufs.WriteTo(c.nc)
+	clear(c.wbatches)
+	if err != nil {
+		c.fail(err) // the batches are in flight: readLoop fails them
+		return false
+	}
+	return true
+}
+
+// endWrite gives up the write side, or hands it to writeLoop when batches
+// queued up while we wrote.
+func (c *Conn) endWrite() {
+	c.mu.Lock()
+	queued := len(c.pending) > 0
+	c.writing = queued
+	c.mu.Unlock()
+	if queued {
+		signal(c.wake)
+	}
+}
+
+// signal wakes the one goroutine that waits on ch, a channel of cap 1,
+// unless it has been woken already.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// fail retires the connection: queued batches fail now, written ones fail in
+// readLoop once it has stopped touching them.
+func (c *Conn) fail(err error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = err
+	c.dead.Store(true)
+	if !errors.Is(err, ErrClosed) {
+		c.m.Errors.Inc()
+	}
+	pending := c.pending
+	c.pending = nil
+	c.mu.Unlock()
+	close(c.quit)
+	c.nc.Close()
+	for _, b := range pending {
+		b.Err = err
+		b.DoneCh <- struct{}{}
+	}
+}
+
+func (c *Conn) close() { c.fail(ErrClosed) }
+
+// writeLoop sends queued batches while it holds the write side, which
+// endWrite hands it.
+func (c *Conn) writeLoop() {
+	for {
+		select {
+		case <-c.wake:
+		case <-c.quit:
+			return
+		}
+		if !c.writePending() {
+			return
+		}
+		c.endWrite()
+	}
+}
+
+// readLoop hands replies to batches in FIFO order. It waits for data even
+// with nothing in flight, so a connection Redis closes while idle (its
+// timeout, CLIENT KILL) is retired before a client's batch is sent on it.
+func (c *Conn) readLoop() {
+	for {
+		_, err := c.br.Peek(1)
+		var b *Batch
+		if err == nil {
+			c.mu.Lock()
+			if len(c.inflight) > 0 {
+				b = c.inflight[0] // written before Redis could answer it
+			} else {
+				err = fmt.Errorf("%w: a reply nobody asked for", resp.ErrBadReply)
+			}
+			c.mu.Unlock()
+		}
+		for err == nil && b.Done < b.N {
+			if b.Out, err = resp.ReadReply(c.br, b.Out); err == nil {
+				b.Done++
+				b.OKLen = len(b.Out)
+				if b.Ends != nil {
+					b.Ends = append(b.Ends, b.OKLen)
+				}
+			}
+		}
+		if err != nil {
+			c.fail(fmt.Errorf("proxy: reading from upstream: %w", err))
+			c.failInflight()
+			return
+		}
+		c.mu.Lock()
+		c.inflight[0] = nil
+		c.inflight = c.inflight[1:]
+		c.mu.Unlock()
+		if b.sent != 0 {
+			c.m.Seconds.Observe((monoNow() - b.sent).Seconds())
+		}
+		b.DoneCh <- struct{}{}
+	}
+}
+
+// failInflight fails the written batches once readLoop no longer touches
+// them; fail has set c.err, so no more are added.
+func (c *Conn) failInflight() {
+	c.mu.Lock()
+	inflight, err := c.inflight, c.err
+	c.inflight = nil
+	c.mu.Unlock()
+	for _, b := range inflight {
+		b.Err = err
+		b.DoneCh <- struct{}{}
+	}
+}
+
+// monoStart is the origin of monoNow.
+var monoStart = time.Now()
+
+// monoNow is the time on the monotonic clock, for durations: it reads one
+// clock where time.Now reads two (wall and monotonic), which counts on the
+// request path.
+func monoNow() time.Duration { return time.Since(monoStart) }

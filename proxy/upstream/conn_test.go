@@ -1,0 +1,297 @@
+package upstream
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/hotkeyproxy/hotkeyproxy/internal/redistest"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
+)
+
+// testPool is a pool of perDB shared connections per db to addr.
+func testPool(t *testing.T, d dialer, perDB int, m *NodeMetrics) *Pool {
+	t.Helper()
+	if d.timeout == 0 {
+		d.timeout = 5 * time.Second
+	}
+	if m == nil {
+		m = Metrics{}.orNowhere().Node(d.addr)
+	}
+	p := newPool(d, perDB, m, slog.New(slog.DiscardHandler))
+	t.Cleanup(p.close)
+	return p
+}
+
+// echoBatch is a batch of ECHO requests of tags named after client and
+// round, with the replies an echoing backend gives them.
+func echoBatch(client, round, depth int) (b *Batch, want []string) {
+	b = &Batch{N: depth, Ends: make([]int, 0, depth), DoneCh: make(chan struct{}, 1)}
+	for i := range depth {
+		tag := fmt.Sprintf("c%d-r%d-i%d", client, round, i)
+		b.Req = resp.AppendCommand(b.Req, []byte("ECHO"), []byte(tag))
+		want = append(want, string(resp.AppendBulk(nil, []byte(tag))))
+	}
+	return b, want
+}
+
+// TestConnOrder has many clients pipeline through few shared connections;
+// each must get exactly its own replies, in order.
+func TestConnOrder(t *testing.T) {
+	be := redistest.StartBackend(t, redistest.BackendOptions{})
+	p := testPool(t, dialer{addr: be.Addr()}, 2, nil)
+
+	const clients, rounds, depth = 40, 50, 16
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Go(func() {
+			for r := range rounds {
+				conn, err := p.Get(0, uint64(c))
+				if err != nil {
+					t.Errorf("client %d: %v", c, err)
+					return
+				}
+				b, want := echoBatch(c, r, depth)
+				conn.Send(b)
+				<-b.DoneCh
+				if b.Err != nil || b.Done != depth {
+					t.Errorf("client %d round %d: %d replies, %v", c, r, b.Done, b.Err)
+					return
+				}
+				if got := b.replies(nil); fmt.Sprintf("%q", got) != fmt.Sprintf("%q", want) {
+					t.Errorf("client %d round %d: got %q, want %q", c, r, got, want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got, want := be.Served(), int64(clients*rounds*depth); got != want {
+		t.Errorf("backend served %d commands, want %d", got, want)
+	}
+	if n := be.Conns(); n > 2 {
+		t.Errorf("backend saw %d connections, want at most perDB=2", n)
+	}
+}
+
+// TestConnFailure drops the connection every 100 commands while clients
+// pipeline: every request gets its own reply or the batch's error, in
+// order, nobody hangs, the failures are counted, and the pool redials.
+func TestConnFailure(t *testing.T) {
+	var served atomic.Int64
+	be := redistest.StartBackend(t, redistest.BackendOptions{Answer: func(args []string) redistest.Reply {
+		if served.Add(1)%100 == 0 {
+			return redistest.Reply{Drop: true}
+		}
+		return redistest.Echo(args)
+	}})
+	m := Metrics{}.orNowhere().Node(be.Addr())
+	p := testPool(t, dialer{addr: be.Addr()}, 4, m)
+
+	const clients, rounds, depth = 8, 40, 8
+	var wg sync.WaitGroup
+	var failed, ok atomic.Int64
+	for c := range clients {
+		wg.Go(func() {
+			for r := range rounds {
+				conn, err := p.Get(0, uint64(c))
+				if err != nil {
+					t.Errorf("client %d: %v", c, err)
+					return
+				}
+				b, want := echoBatch(c, r, depth)
+				conn.Send(b)
+				<-b.DoneCh
+				got := b.replies(nil)
+				for i := range got {
+					if string(got[i]) != want[i] {
+						t.Errorf("client %d round %d: reply %d is %q, want %q", c, r, i, got[i], want[i])
+						return
+					}
+				}
+				ok.Add(int64(b.Done))
+				if b.Done < depth {
+					if text := ErrorText(b.Err); b.Err == nil || !strings.HasPrefix(text, "ERR upstream unavailable: ") {
+						t.Errorf("client %d round %d: %d of %d replies, error %q", c, r, b.Done, depth, text)
+						return
+					}
+					failed.Add(int64(depth - b.Done))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if failed.Load() == 0 || ok.Load() == 0 {
+		t.Errorf("ok=%d failed=%d: want both, the backend drops every 100 commands", ok.Load(), failed.Load())
+	}
+	if be.Conns() < 2 {
+		t.Errorf("pool dialed %d times, want redials after failures", be.Conns())
+	}
+	if n := testutil.ToFloat64(m.Errors); n < 1 {
+		t.Errorf("errors counted: %v, want the broken connections", n)
+	}
+	if n := testutil.ToFloat64(m.Requests); n < float64(ok.Load()) {
+		t.Errorf("requests counted: %v, want at least the %d answered", n, ok.Load())
+	}
+}
+
+// TestDialFailureShared: when dialing takes the whole dial timeout (a
+// server that accepts but never answers AUTH), clients queued behind one
+// dial share its failure instead of each waiting a timeout of their own.
+func TestDialFailureShared(t *testing.T) {
+	be := redistest.StartBackend(t, redistest.BackendOptions{Answer: func([]string) redistest.Reply {
+		return redistest.Reply{Stall: true}
+	}})
+	const timeout = 300 * time.Millisecond
+	p := testPool(t, dialer{addr: be.Addr(), password: "x", timeout: timeout}, 1, nil)
+	const clients = 20
+	var wg sync.WaitGroup
+	start := time.Now()
+	for c := range clients {
+		wg.Go(func() {
+			_, err := p.Get(0, uint64(c))
+			if text := ErrorText(err); err == nil || !strings.HasPrefix(text, "ERR upstream unavailable") {
+				t.Errorf("Get: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if d := time.Since(start); d > 4*timeout {
+		t.Errorf("%d clients took %v to fail, want about one dial timeout (%v)", clients, d, timeout)
+	}
+}
+
+// TestDial checks what a dial sends and how it reads the answers: AUTH
+// with or without a user, SELECT, a refused AUTH as a transport failure
+// (counted, the node logged down), a refused SELECT as Redis's answer,
+// and dbs past a refused one refused without dialing.
+func TestDial(t *testing.T) {
+	be := redistest.StartBackend(t, redistest.BackendOptions{Answer: func(args []string) redistest.Reply {
+		switch strings.ToUpper(args[0]) {
+		case "AUTH":
+			if args[len(args)-1] != "secret" {
+				return redistest.Reply{Raw: "-WRONGPASS invalid username-password pair or user is disabled.\r\n"}
+			}
+		case "SELECT":
+			if db, _ := strconv.Atoi(args[1]); db >= 16 {
+				return redistest.Reply{Raw: "-ERR DB index is out of range\r\n"}
+			}
+		}
+		return redistest.Reply{Raw: "+OK\r\n"}
+	}})
+	cases := []struct {
+		name     string
+		d        dialer
+		db       int
+		sent     string // the commands received, space-separated, one per line
+		err      string // "" for none
+		redisErr bool
+		errors   float64 // counted as a transport failure
+	}{
+		{"plain", dialer{}, 0, "", "", false, 0},
+		{"password", dialer{password: "secret"}, 0, "AUTH secret", "", false, 0},
+		{"user", dialer{username: "u", password: "secret"}, 3, "AUTH u secret\nSELECT 3", "", false, 0},
+		{"wrong password", dialer{password: "nope"}, 0, "AUTH nope",
+			"refused our AUTH: WRONGPASS invalid username-password pair or user is disabled.", false, 1},
+		{"db out of range", dialer{}, 16, "SELECT 16", "ERR DB index is out of range", true, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.d.addr = be.Addr()
+			m := Metrics{}.orNowhere().Node(be.Addr())
+			p := testPool(t, tc.d, 1, m)
+			before := len(be.Received())
+			_, err := p.Get(tc.db, 0)
+			var lines []string
+			for _, cmd := range be.Received()[before:] {
+				lines = append(lines, strings.Join(cmd, " "))
+			}
+			if got := strings.Join(lines, "\n"); got != tc.sent {
+				t.Errorf("sent %q, want %q", got, tc.sent)
+			}
+			var re RedisError
+			switch {
+			case tc.err == "" && err != nil:
+				t.Errorf("Get: %v", err)
+			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+				t.Errorf("Get: %v, want %q", err, tc.err)
+			case err != nil && errors.As(err, &re) != tc.redisErr:
+				t.Errorf("Get: %v is a RedisError: %v, want %v", err, !tc.redisErr, tc.redisErr)
+			}
+			if got := testutil.ToFloat64(m.Errors); got != tc.errors {
+				t.Errorf("errors counted: %v, want %v", got, tc.errors)
+			}
+			if !tc.redisErr {
+				return
+			}
+			// Past a db Redis refused, no dial.
+			conns := be.Conns()
+			if _, err2 := p.Get(tc.db+1, 0); err2 == nil || err2.Error() != err.Error() {
+				t.Errorf("Get(%d) after %v: %v", tc.db+1, err, err2)
+			}
+			if be.Conns() != conns {
+				t.Errorf("Get of a db past a refused one dialed")
+			}
+			if _, err := p.Get(tc.db-1, 0); err != nil {
+				t.Errorf("Get(%d): %v", tc.db-1, err)
+			}
+		})
+	}
+}
+
+// TestPoolClose: Close fails the batches in flight and later Gets with
+// ErrClosed, which is not counted as a failure of the node.
+func TestPoolClose(t *testing.T) {
+	be := redistest.StartBackend(t, redistest.BackendOptions{Answer: func([]string) redistest.Reply {
+		return redistest.Reply{Stall: true}
+	}})
+	m := Metrics{}.orNowhere().Node(be.Addr())
+	p := testPool(t, dialer{addr: be.Addr()}, 1, m)
+	conn, err := p.Get(0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := echoBatch(0, 0, 2)
+	conn.Send(b)
+	p.close()
+	<-b.DoneCh
+	if !errors.Is(b.Err, ErrClosed) || !conn.Failed() {
+		t.Errorf("batch in flight at Close: %v, failed %v", b.Err, conn.Failed())
+	}
+	if _, err := p.Get(0, 0); !errors.Is(err, ErrClosed) {
+		t.Errorf("Get after Close: %v", err)
+	}
+	conn.Send(b)
+	<-b.DoneCh
+	if !errors.Is(b.Err, ErrClosed) {
+		t.Errorf("Send after Close: %v", b.Err)
+	}
+	if got := testutil.ToFloat64(m.Errors); got != 0 {
+		t.Errorf("errors counted: %v, want 0", got)
+	}
+}
+
+// TestErrorText: Redis's words stay; a transport failure is one line.
+func TestErrorText(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{RedisError("ERR DB index is out of range"), "ERR DB index is out of range"},
+		{fmt.Errorf("dial: %w", RedisError("WRONGTYPE x")), "WRONGTYPE x"},
+		{errors.New("read tcp: connection\r\nreset"), "ERR upstream unavailable: read tcp: connection  reset"},
+		{ErrClosed, "ERR upstream unavailable: proxy: upstream connection closed"},
+	} {
+		if got := ErrorText(tc.err); got != tc.want {
+			t.Errorf("ErrorText(%q) = %q, want %q", tc.err, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,26 @@
+// Package upstream is the proxy's side toward Redis, knowing nothing of
+// clients: dialing (AUTH, SELECT), the shared connections that multiplex
+// many clients' requests, a pool of them per node and db, a cluster's slot
+// map and its refresh, the round trip that follows a cluster's
+// redirections, and the script bodies it loads where a node lacks one.
+//
+// Redis is the entry point: a standalone server (its Pool) or a cluster
+// (its Cluster), and the hot-key engine's rewrite.Upstream.
+//
+// A Conn is shared by many clients: the first sender with a Batch writes
+// it, together with whatever others queued meanwhile, and one reader
+// goroutine hands each Batch its replies in FIFO order. Replies are
+// framed, never decoded, so they reach clients as Redis sent them. Only
+// stateless requests may go on a Conn; a client that needs connection
+// state (MULTI, blocking commands, pub/sub) dials its own with Pool.Dial.
+//
+// Failures: a Redis error reply is an answer, and the connection stays. A
+// transport failure retires the connection and fails every Batch in
+// flight on it (ErrorText words it for the client as "-ERR upstream
+// unavailable: …"); the next Get dials again, so the proxy recovers by
+// itself when Redis returns. Waiting clients share one dial's failure
+// rather than wait a dial timeout each.
+//
+// The package counts into prometheus counters it is handed (Metrics); it
+// registers nothing.
+package upstream

@@ -1,0 +1,179 @@
+package upstream
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hotkeyproxy/hotkeyproxy/config"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/hashslot"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/keyspec"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/rewrite"
+)
+
+// keyTableRetry is how long KeyTable waits after a failed COMMAND before
+// it asks again: not once per command while Redis is down or answers
+// COMMAND with something else.
+const keyTableRetry = time.Second
+
+// Redis is the Redis behind the proxy: a standalone server or a cluster.
+// It is the hot-key engine's rewrite.Upstream. Safe for concurrent use.
+type Redis struct {
+	// Exactly one is set, by New, and never changed.
+	Pool    *Pool    // a standalone server
+	Cluster *Cluster // a cluster
+
+	// Standalone mode's command table, asked once.
+	keys    atomic.Pointer[keyspec.Table]
+	keysMu  sync.Mutex   // one asks
+	keysErr atomic.Int64 // unix nanos of the last failed ask
+}
+
+var _ rewrite.Upstream = (*Redis)(nil)
+
+// New returns the upstream cfg describes, which must have passed
+// validation. A standalone server is dialed on first use; a cluster's
+// slot map is loaded before New returns when a seed answers, else in the
+// background, and kept fresh until Close. log gets the nodes going down
+// and up and the slot map's changes.
+func New(cfg *config.Upstream, log *slog.Logger, m Metrics) (*Redis, error) {
+	m = m.orNowhere()
+	switch cfg.Mode {
+	case config.ModeStandalone:
+		d := dialer{
+			addr:     cfg.Addrs[0],
+			username: cfg.Username,
+			password: string(cfg.Password),
+			timeout:  cfg.DialTimeout.Duration(),
+		}
+		return &Redis{Pool: newPool(d, cfg.ConnsPerNode, m.Node(d.addr), log)}, nil
+	case config.ModeCluster:
+		return &Redis{Cluster: newCluster(cfg, log, m)}, nil
+	}
+	return nil, fmt.Errorf("proxy: unknown upstream.mode %q", cfg.Mode)
+}
+
+// Close retires every shared connection, failing the batches in flight,
+// and stops the cluster's refresh.
+func (u *Redis) Close() {
+	if u.Cluster != nil {
+		u.Cluster.close()
+	} else {
+		u.Pool.close()
+	}
+}
+
+// Do implements rewrite.Upstream: in standalone mode all requests go in
+// one batch on a shared connection of db 0, where hot keys live; in
+// cluster mode each to its slot's master, redirections followed.
+func (u *Redis) Do(reqs []rewrite.Request) [][]byte {
+	replies := make([][]byte, len(reqs))
+	if c := u.Cluster; c != nil {
+		t, _, err := c.Current()
+		if err != nil {
+			for i := range replies {
+				replies[i] = resp.AppendError(nil, ErrorText(err))
+			}
+			return replies
+		}
+		r := NewRoundTrip(c, 0)
+		for _, q := range reqs {
+			slot := int(hashslot.Of(q.Key))
+			n := t.Slots[slot]
+			if n == nil {
+				n = t.Masters[0] // it answers CLUSTERDOWN, which is retried
+			}
+			r.Queue(n, slot, nil, q.Args)
+		}
+		r.Run()
+		for i := range replies {
+			replies[i] = r.Reply(i)
+		}
+		return replies
+	}
+	var req []byte
+	for _, q := range reqs {
+		req = resp.AppendCommand(req, q.Args...)
+	}
+	conn, err := u.Pool.Get(0, 0)
+	b := &Batch{Req: req, N: len(reqs), Ends: make([]int, 0, len(reqs)), DoneCh: make(chan struct{}, 1)}
+	if err == nil {
+		conn.Send(b)
+		<-b.DoneCh
+		err = b.Err
+	}
+	done := b.replies(nil)
+	copy(replies, done)
+	for i := len(done); i < len(replies); i++ {
+		replies[i] = resp.AppendError(nil, ErrorText(err))
+	}
+	return replies
+}
+
+// Placement implements rewrite.Upstream.
+func (u *Redis) Placement() (int, func(uint16) int) {
+	if c := u.Cluster; c != nil {
+		if t, _, err := c.Current(); err == nil {
+			return len(t.Masters), func(s uint16) int { return t.MasterIndex(t.Slots[s]) }
+		}
+	}
+	return 1, func(uint16) int { return 0 }
+}
+
+// Node implements rewrite.Upstream: the address of the master serving
+// slot, or "?" while the cluster has none.
+func (u *Redis) Node(slot uint16) string {
+	if c := u.Cluster; c != nil {
+		if t, _, err := c.Current(); err == nil && t.Slots[slot] != nil {
+			return t.Slots[slot].Addr
+		}
+		return "?"
+	}
+	return u.Pool.addr
+}
+
+// KeyTable is the command table that says which arguments are keys: the
+// cluster's, loaded with the slot map, or in standalone mode the server's,
+// asked once. It is nil while it could not be read (Redis down, COMMAND
+// refused); a standalone server is asked again a second after a failure
+// at the earliest.
+func (u *Redis) KeyTable() *keyspec.Table {
+	if u.Cluster != nil {
+		_, k, _ := u.Cluster.Current()
+		return k
+	}
+	if k := u.keys.Load(); k != nil {
+		return k
+	}
+	if u.failedLately() {
+		return nil
+	}
+	u.keysMu.Lock() // one COMMAND at a time, however many clients ask
+	defer u.keysMu.Unlock()
+	if k := u.keys.Load(); k != nil {
+		return k
+	}
+	if u.failedLately() {
+		return nil
+	}
+	replies, err := u.Pool.ask(resp.AppendCommand(nil, []byte("COMMAND")), 1)
+	var k *keyspec.Table
+	if err == nil {
+		k, err = keyspec.Parse(replies[0])
+	}
+	if err != nil {
+		u.keysErr.Store(time.Now().UnixNano())
+		return nil
+	}
+	u.keys.Store(k)
+	return k
+}
+
+// failedLately reports whether the last COMMAND failed within keyTableRetry.
+func (u *Redis) failedLately() bool {
+	at := u.keysErr.Load()
+	return at != 0 && time.Since(time.Unix(0, at)) < keyTableRetry
+}

@@ -1,0 +1,288 @@
+package upstream
+
+import (
+	"bytes"
+	"time"
+
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
+)
+
+// How hard a request is retried when the cluster redirects it (MOVED,
+// ASK: a few hops) or asks to wait (TRYAGAIN, CLUSTERDOWN: a few waits
+// with backoff, about 600 ms in all), then the client gets the error.
+const (
+	// MaxHops bounds the redirections followed for one request. An ASK
+	// often leads to a TRYAGAIN (a multi-key command while its keys are
+	// split between the two nodes) and the wait back to the source, so
+	// hops must outlast waits.
+	MaxHops        = 16
+	maxWaits       = 5
+	retryBaseDelay = 20 * time.Millisecond
+)
+
+// MsgSlotMoving is the error reply, without '-' and CRLF, to a request
+// redirected MaxHops times: the slot kept moving under it.
+const MsgSlotMoving = "TRYAGAIN hotkeyproxy: the slot is moving; try again"
+
+// clusterPart is one request sent to one node: a client's command has one
+// part, or one per slot when split, or one per master when broadcast.
+type clusterPart struct {
+	nb         *nodeBatch // where it was last sent
+	start, end int        // the request, in nb.Req
+	idx        int        // its reply's index in nb
+	slot       int        // the slot it is routed by; -1 for keyless
+	hops       int        // MOVED and ASK followed
+	waits      int        // TRYAGAIN and CLUSTERDOWN waited out
+	loaded     bool       // its script was loaded after a NOSCRIPT
+	script     []byte     // EVALSHA's SHA1, to load the script on NOSCRIPT
+	reply      []byte     // nil until answered
+}
+
+// nodeBatch is a round's requests to one node.
+type nodeBatch struct {
+	node *Node
+	Batch
+}
+
+// RoundTrip sends requests to the nodes of a cluster, each to its own, in
+// rounds: all nodes at once, then again for what the cluster redirected,
+// until every request has its final reply. Queue requests, Run, read each
+// Reply, Reset, and queue again: its buffers are reused from run to run,
+// so a RoundTrip belongs to one goroutine.
+type RoundTrip struct {
+	c        *Cluster
+	id       uint64 // spreads users over a node's shared connections
+	parts    []clusterPart
+	batches  []*nodeBatch // the first round's, reused from run to run
+	used     int          // batches[:used] are in use
+	reqBytes int
+}
+
+// NewRoundTrip returns a RoundTrip on c's nodes for the user id, which
+// picks the shared connection of each node it uses.
+func NewRoundTrip(c *Cluster, id uint64) RoundTrip { return RoundTrip{c: c, id: id} }
+
+// Queue adds a request for node n to the first round: raw, its RESP
+// frame, or args when raw is nil. slot is the slot it is routed by, for
+// TRYAGAIN and CLUSTERDOWN, or -1 for none. Its reply is Reply(Len()-1).
+func (r *RoundTrip) Queue(n *Node, slot int, raw []byte, args [][]byte) {
+	nb := r.firstRoundBatch(n)
+	start := len(nb.Req)
+	if raw != nil {
+		nb.Req = append(nb.Req, raw...)
+	} else {
+		nb.Req = resp.AppendCommand(nb.Req, args...)
+	}
+	r.reqBytes += len(nb.Req) - start
+	r.parts = append(r.parts, clusterPart{nb: nb, start: start, end: len(nb.Req), idx: nb.N, slot: slot})
+	nb.N++
+}
+
+// MarkScript says the request queued last is an EVALSHA of the script
+// with SHA1 sha: on NOSCRIPT the script is loaded there, once, when the
+// cluster's ScriptCache knows it, and the request sent again.
+func (r *RoundTrip) MarkScript(sha []byte) { r.parts[len(r.parts)-1].script = sha }
+
+// Len is the number of requests queued.
+func (r *RoundTrip) Len() int { return len(r.parts) }
+
+// Size is the length in bytes of the requests queued.
+func (r *RoundTrip) Size() int { return r.reqBytes }
+
+// Reply is the final reply to the i-th request queued, valid after Run
+// until Reset: Redis's, or an error reply for a request that could not be
+// sent or kept being redirected.
+func (r *RoundTrip) Reply(i int) []byte { return r.parts[i].reply }
+
+// firstRoundBatch finds or adds the batch for n among the first round's,
+// which are reused from run to run.
+func (r *RoundTrip) firstRoundBatch(n *Node) *nodeBatch {
+	for _, nb := range r.batches[:r.used] {
+		if nb.node == n {
+			return nb
+		}
+	}
+	if r.used == len(r.batches) {
+		r.batches = append(r.batches, &nodeBatch{Batch: Batch{DoneCh: make(chan struct{}, 1)}})
+	}
+	nb := r.batches[r.used]
+	r.used++
+	nb.node = n
+	nb.Req, nb.N = nb.Req[:0], 0
+	return nb
+}
+
+// Run sends the queued requests and follows the redirections, until every
+// request has its final reply.
+func (r *RoundTrip) Run() {
+	round := r.batches[:r.used]
+	for round != nil {
+		r.sendRound(round)
+		round = r.collectRound()
+	}
+}
+
+// Reset forgets the requests of the last run.
+func (r *RoundTrip) Reset() {
+	clear(r.parts)
+	r.parts, r.used, r.reqBytes = r.parts[:0], 0, 0
+}
+
+// sendRound sends every batch of a round at once and waits for them all.
+func (r *RoundTrip) sendRound(round []*nodeBatch) {
+	for _, nb := range round {
+		nb.Out, nb.Ends, nb.Done, nb.OKLen, nb.Err = nb.Out[:0], nb.Ends[:0], 0, 0, nil
+		if nb.Ends == nil {
+			nb.Ends = make([]int, 0, nb.N)
+		}
+		conn, err := nb.node.Pool.Get(0, r.id)
+		if err != nil {
+			nb.Err = err
+			nb.DoneCh <- struct{}{}
+			continue
+		}
+		conn.Send(&nb.Batch)
+	}
+	for _, nb := range round {
+		<-nb.DoneCh
+		if nb.Err != nil {
+			r.c.Refresh()
+		}
+	}
+}
+
+// collectRound hands each part sent in the round its reply, and returns a
+// new round for the parts worth sending again (see redirect), or nil when
+// all are done. A TRYAGAIN is not waited out when a later command of the
+// pipeline for the same slot has run meanwhile: the retry would run after
+// it, out of the client's order (MSET a b, GET a: the GET ran where a still
+// was), so the client gets Redis's TRYAGAIN. MOVED and ASK need no such
+// care: the node answers every later command for the slot, or for the same
+// missing keys, with the same redirection, so they are retried in order.
+func (r *RoundTrip) collectRound() []*nodeBatch {
+	type retry struct {
+		part   int
+		target *Node
+		first  []byte
+		again  bool
+	}
+	var retries []retry
+	var ran map[int]int // slot → the last part of it that got its reply
+	for i := range r.parts {
+		p := &r.parts[i]
+		if p.reply != nil {
+			continue
+		}
+		nb := p.nb
+		if p.idx < nb.Done {
+			start := 0
+			if p.idx > 0 {
+				start = nb.Ends[p.idx-1]
+			}
+			p.reply = nb.Out[start:nb.Ends[p.idx]]
+		} else {
+			p.reply = resp.AppendError(nil, ErrorText(nb.Err))
+		}
+		target, first, again := r.redirect(p)
+		switch {
+		case target == nil:
+			if p.slot >= 0 {
+				if ran == nil {
+					ran = make(map[int]int)
+				}
+				ran[p.slot] = i
+			}
+		case again && p.waits >= maxWaits, !again && p.hops >= MaxHops:
+			if !again {
+				p.reply = resp.AppendError(nil, MsgSlotMoving)
+			}
+		default:
+			retries = append(retries, retry{i, target, first, again})
+		}
+	}
+	var next []*nodeBatch
+	var wait time.Duration
+	for _, rt := range retries {
+		p := &r.parts[rt.part]
+		if last, ok := ran[p.slot]; ok && rt.again && last > rt.part {
+			continue // Redis's TRYAGAIN stands
+		}
+		if rt.again {
+			p.waits++
+			wait = max(wait, retryBaseDelay<<(p.waits-1))
+		} else {
+			p.hops++
+		}
+		var rb *nodeBatch
+		for _, b := range next {
+			if b.node == rt.target {
+				rb = b
+			}
+		}
+		if rb == nil {
+			rb = &nodeBatch{node: rt.target, Batch: Batch{DoneCh: make(chan struct{}, 1)}}
+			next = append(next, rb)
+		}
+		if rt.first != nil {
+			rb.Req = append(rb.Req, rt.first...)
+			rb.N++
+		}
+		start := len(rb.Req)
+		rb.Req = append(rb.Req, p.nb.Req[p.start:p.end]...)
+		p.nb, p.start, p.end, p.idx, p.reply = rb, start, len(rb.Req), rb.N, nil
+		rb.N++
+	}
+	time.Sleep(wait)
+	return next
+}
+
+// askingReq is sent before a command an ASK redirection names a node for.
+var askingReq = resp.AppendCommand(nil, []byte("ASKING"))
+
+// redirect reads a part's reply for what makes it worth sending again:
+// the cluster's redirections, the errors that ask to wait (TRYAGAIN,
+// CLUSTERDOWN; again is set), and NOSCRIPT for a script the proxy can
+// load. It returns the node to send the part to next and a request to send
+// before it (ASKING, SCRIPT LOAD), whose reply is dropped; a nil target
+// means the reply is final.
+func (r *RoundTrip) redirect(p *clusterPart) (target *Node, first []byte, again bool) {
+	c := r.c
+	if addr, asking := ParseRedirect(p.reply); addr != "" {
+		if asking {
+			c.m.Ask.Inc()
+			return c.Node(addr), askingReq, false
+		}
+		c.m.Moved.Inc()
+		c.Refresh()
+		return c.Node(addr), nil, false
+	}
+	switch {
+	case bytes.HasPrefix(p.reply, []byte("-NOSCRIPT")) && p.script != nil && !p.loaded:
+		if load := c.scripts.loadRequest(p.script); load != nil {
+			p.loaded = true
+			return p.nb.node, load, false
+		}
+	case bytes.HasPrefix(p.reply, []byte("-TRYAGAIN")), bytes.HasPrefix(p.reply, []byte("-CLUSTERDOWN")):
+		c.Refresh()
+		t, _, err := c.Current()
+		if err != nil || p.slot < 0 || t.Slots[p.slot] == nil {
+			return p.nb.node, nil, true
+		}
+		return t.Slots[p.slot], nil, true
+	}
+	return nil, nil, false
+}
+
+// ParseRedirect reads a reply "-MOVED <slot> <addr>\r\n" or "-ASK <slot>
+// <addr>\r\n", per the Redis Cluster spec, for the address (host:port) it
+// names and whether it is an ASK; addr is empty for any other reply.
+func ParseRedirect(reply []byte) (addr string, asking bool) {
+	if len(reply) < 4 || reply[0] != '-' {
+		return "", false
+	}
+	f := bytes.Fields(reply[1 : len(reply)-2])
+	if len(f) != 3 || (string(f[0]) != "MOVED" && string(f[0]) != "ASK") {
+		return "", false
+	}
+	return string(f[2]), f[0][0] == 'A'
+}
