@@ -173,7 +173,7 @@ func (s *session) ownExchange(cmd *resp.Command, blocking, ask bool, moveTo func
 		mark = len(s.out)
 		s.forward(cmd)
 		s.send(blocking)
-		addr, asking := upstream.ParseRedirect(s.out[mark:])
+		slot, addr, asking := upstream.ParseRedirect(s.out[mark:])
 		if addr == "" || asking && !ask || s.quit {
 			return mark
 		}
@@ -182,10 +182,13 @@ func (s *session) ownExchange(cmd *resp.Command, blocking, ask bool, moveTo func
 			s.out = resp.AppendError(s.out, upstream.MsgSlotMoving)
 			return mark
 		}
-		if !asking {
-			s.srv.up.Cluster.Refresh()
+		var n *upstream.Node
+		if asking {
+			n = s.srv.up.Cluster.Asked(addr)
+		} else {
+			n = s.srv.up.Cluster.Moved(slot, addr)
 		}
-		if !moveTo(s.srv.up.Cluster.Node(addr)) {
+		if !moveTo(n) {
 			return mark
 		}
 		if asking {

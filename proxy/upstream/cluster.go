@@ -271,13 +271,50 @@ func (c *Cluster) parseSlots(reply []byte, host string) (*Topology, error) {
 			t.Slots[s] = n
 		}
 	}
+	t.findMasters()
+	return t, nil
+}
+
+// findMasters sets Masters and Lowest from Slots.
+func (t *Topology) findMasters() {
+	t.Masters, t.Lowest = nil, nil
 	for s, n := range t.Slots {
 		if n != nil && !slices.Contains(t.Masters, n) {
 			t.Masters = append(t.Masters, n)
 			t.Lowest = append(t.Lowest, uint16(s))
 		}
 	}
-	return t, nil
+}
+
+// Moved follows "-MOVED slot addr" as cluster clients do: the slot's owner
+// changes in the slot map at once, so the next request for the slot goes
+// straight to the node at addr, and a full reload is asked for behind it
+// (other slots may have moved too). It counts the redirection and returns
+// the node.
+func (c *Cluster) Moved(slot int, addr string) *Node {
+	n := c.Node(addr)
+	c.m.Moved.Inc()
+	c.Refresh()
+	for {
+		t := c.topo.Load()
+		if t == nil || slot < 0 || slot >= hashslot.Count || t.Slots[slot] == n {
+			return n
+		}
+		moved := *t
+		moved.Slots[slot] = n
+		moved.findMasters()
+		if c.topo.CompareAndSwap(t, &moved) {
+			return n
+		}
+	}
+}
+
+// Asked follows "-ASK slot addr": the slot map stays, since only keys
+// already migrated are asked for elsewhere. It counts the redirection and
+// returns the node.
+func (c *Cluster) Asked(addr string) *Node {
+	c.m.Ask.Inc()
+	return c.Node(addr)
 }
 
 // describe lists the masters with their slot ranges, for the log.

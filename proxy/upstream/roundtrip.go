@@ -247,14 +247,11 @@ var askingReq = resp.AppendCommand(nil, []byte("ASKING"))
 // means the reply is final.
 func (r *RoundTrip) redirect(p *clusterPart) (target *Node, first []byte, again bool) {
 	c := r.c
-	if addr, asking := ParseRedirect(p.reply); addr != "" {
+	if slot, addr, asking := ParseRedirect(p.reply); addr != "" {
 		if asking {
-			c.m.Ask.Inc()
-			return c.Node(addr), askingReq, false
+			return c.Asked(addr), askingReq, false
 		}
-		c.m.Moved.Inc()
-		c.Refresh()
-		return c.Node(addr), nil, false
+		return c.Moved(slot, addr), nil, false
 	}
 	switch {
 	case bytes.HasPrefix(p.reply, []byte("-NOSCRIPT")) && p.script != nil && !p.loaded:
@@ -274,15 +271,20 @@ func (r *RoundTrip) redirect(p *clusterPart) (target *Node, first []byte, again 
 }
 
 // ParseRedirect reads a reply "-MOVED <slot> <addr>\r\n" or "-ASK <slot>
-// <addr>\r\n", per the Redis Cluster spec, for the address (host:port) it
-// names and whether it is an ASK; addr is empty for any other reply.
-func ParseRedirect(reply []byte) (addr string, asking bool) {
+// <addr>\r\n", per the Redis Cluster spec, for the slot, the address
+// (host:port) it names and whether it is an ASK; addr is empty for any
+// other reply, slot -1 when it is not a number.
+func ParseRedirect(reply []byte) (slot int, addr string, asking bool) {
 	if len(reply) < 4 || reply[0] != '-' {
-		return "", false
+		return -1, "", false
 	}
 	f := bytes.Fields(reply[1 : len(reply)-2])
 	if len(f) != 3 || (string(f[0]) != "MOVED" && string(f[0]) != "ASK") {
-		return "", false
+		return -1, "", false
 	}
-	return string(f[2]), f[0][0] == 'A'
+	slot = -1
+	if n, ok := resp.ParseInt(f[1]); ok {
+		slot = int(n)
+	}
+	return slot, string(f[2]), f[0][0] == 'A'
 }

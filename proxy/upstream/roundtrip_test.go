@@ -138,6 +138,45 @@ func TestRoundTripMoved(t *testing.T) {
 	}
 }
 
+// TestMovedMovesTheSlot: the first MOVED for a slot changes its owner in
+// the slot map before the next request is routed, as cluster clients do:
+// a pipeline of 1,000 GETs sent right after it goes to the new owner, with
+// no further redirection. Other slots stay where they were.
+func TestMovedMovesTheSlot(t *testing.T) {
+	b := redistest.StartBackend(t, redistest.BackendOptions{Answer: answers(map[string][]string{"GET a": {"$1\r\nb\r\n"}})})
+	a := redistest.StartBackend(t, redistest.BackendOptions{Answer: answers(map[string][]string{
+		"GET a": {fmt.Sprintf("-MOVED %d %s\r\n", slotA, b.Addr())},
+	})})
+	c := testCluster(t)
+	c.serve(a.Addr())
+	roundTrip(c, "GET a")
+	cur, _, _ := c.Current()
+	if cur.Slots[slotA].Addr != b.Addr() {
+		t.Fatalf("slot %d on %s after MOVED, want %s", slotA, cur.Slots[slotA].Addr, b.Addr())
+	}
+	if other := (slotA + 1) % hashslot.Count; cur.Slots[other].Addr != a.Addr() {
+		t.Errorf("slot %d moved too, to %s", other, cur.Slots[other].Addr)
+	}
+	if len(cur.Masters) != 2 || cur.MasterIndex(cur.Slots[slotA]) < 0 {
+		t.Errorf("masters %v, want both nodes", cur.Masters)
+	}
+	cmds := make([]string, 1000)
+	for i := range cmds {
+		cmds[i] = "GET a"
+	}
+	for i, r := range roundTrip(c, cmds...) {
+		if r != "$1\r\nb\r\n" {
+			t.Fatalf("reply %d %q, want node b's", i, r)
+		}
+	}
+	if got := testutil.ToFloat64(c.m.Moved); got != 1 {
+		t.Errorf("%v MOVEDs for the pipeline after the first, want none (1 in all)", got-1)
+	}
+	if n := len(a.Received()); n != 1 {
+		t.Errorf("the old owner got %d requests, want the first only", n)
+	}
+}
+
 // TestRoundTripAsk: an ASK sends ASKING, then the command, to the node it
 // names, whose ASKING reply is dropped; the slot map stays.
 func TestRoundTripAsk(t *testing.T) {
