@@ -8,6 +8,7 @@ import (
 	"github.com/hotkeyproxy/hotkeyproxy/internal/hashslot"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 	"github.com/hotkeyproxy/hotkeyproxy/proxy/upstream"
+	"github.com/tidwall/redcon"
 )
 
 // mergeKind says how the replies of a command's parts, sent to several
@@ -48,10 +49,10 @@ func (c *clusterCmd) mergeReplies(dst []byte, replies [][]byte) []byte {
 			}
 		}
 		per, start := max(c.per, 1), len(dst)
-		dst = resp.AppendArrayHeader(dst, len(c.order)*per)
+		dst = redcon.AppendArray(dst, len(c.order)*per)
 		for _, p := range c.order {
 			if len(elems[p]) < per {
-				return resp.AppendError(dst[:start], "ERR hotkeyproxy: short reply from a node")
+				return redcon.AppendError(dst[:start], "ERR hotkeyproxy: short reply from a node")
 			}
 			for _, e := range elems[p][:per] {
 				dst = append(dst, e...)
@@ -68,7 +69,7 @@ func (c *clusterCmd) mergeReplies(dst []byte, replies [][]byte) []byte {
 			}
 			sum += n
 		}
-		return resp.AppendInt(dst, sum)
+		return redcon.AppendInt(dst, sum)
 	case mergeAnd:
 		all, ok := resp.ArrayElems(replies[0], nil)
 		if !ok {
@@ -87,7 +88,7 @@ func (c *clusterCmd) mergeReplies(dst []byte, replies [][]byte) []byte {
 		for i := range have {
 			have[i] = have[i] || i < len(c.known) && c.known[i]
 		}
-		dst = resp.AppendArrayHeader(dst, len(have))
+		dst = redcon.AppendArray(dst, len(have))
 		for _, h := range have {
 			if h {
 				dst = append(dst, ":1\r\n"...)
@@ -104,7 +105,7 @@ func (c *clusterCmd) mergeReplies(dst []byte, replies [][]byte) []byte {
 				return append(dst, r...)
 			}
 		}
-		dst = resp.AppendArrayHeader(dst, len(elems))
+		dst = redcon.AppendArray(dst, len(elems))
 		for _, e := range elems {
 			dst = append(dst, e...)
 		}
@@ -131,7 +132,7 @@ func (c *clusterCmd) mergeReplies(dst []byte, replies [][]byte) []byte {
 		if len(text) == 0 {
 			info = strings.TrimPrefix(info, "\r\n")
 		}
-		return resp.AppendBulk(dst, append(append([]byte(nil), text...), info...))
+		return redcon.AppendBulk(dst, append(append([]byte(nil), text...), info...))
 	}
 	return append(dst, replies[0]...) // mergeAll
 }
@@ -179,7 +180,7 @@ func (p scanPos) merge(dst, reply []byte) []byte {
 	raw, _ := resp.BulkValue(elems[0])
 	c, err := strconv.ParseUint(string(raw), 10, 64)
 	if err != nil || c >= 1<<(64-scanSlotBits) {
-		return resp.AppendError(dst, "ERR hotkeyproxy: SCAN cursor out of range")
+		return redcon.AppendError(dst, "ERR hotkeyproxy: SCAN cursor out of range")
 	}
 	var next uint64
 	switch {
@@ -188,7 +189,7 @@ func (p scanPos) merge(dst, reply []byte) []byte {
 	case p.i+1 < len(p.topo.Masters):
 		next = uint64(p.topo.Lowest[p.i+1])
 	}
-	dst = resp.AppendArrayHeader(dst, 2)
-	dst = resp.AppendBulk(dst, strconv.AppendUint(nil, next, 10))
+	dst = redcon.AppendArray(dst, 2)
+	dst = redcon.AppendBulk(dst, strconv.AppendUint(nil, next, 10))
 	return append(dst, elems[1]...)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 	"github.com/hotkeyproxy/hotkeyproxy/proxy/upstream"
+	"github.com/tidwall/redcon"
 )
 
 // clusterCmd is one client command in cluster mode: its parts and how
@@ -184,7 +185,7 @@ func (s *session) clusterKeyless(t *upstream.Topology, cmd *resp.Command, c *com
 		case 1:
 			s.reply([]byte("+PONG\r\n"))
 		case 2:
-			s.reply(resp.AppendBulk(nil, args[1]))
+			s.reply(redcon.AppendBulk(nil, args[1]))
 		default:
 			s.replyError(rediserr.WrongArity(c.name))
 		}
@@ -193,7 +194,7 @@ func (s *session) clusterKeyless(t *upstream.Topology, cmd *resp.Command, c *com
 			s.replyError(rediserr.WrongArity(c.name))
 			return
 		}
-		s.reply(resp.AppendBulk(nil, args[1]))
+		s.reply(redcon.AppendBulk(nil, args[1]))
 	case c.cluster == answerNoCluster:
 		s.replyError(s.clusterRefusal(args, c.name))
 	case c.cluster == answerRole && len(args) == 1:

@@ -9,7 +9,7 @@ import (
 	"github.com/hotkeyproxy/hotkeyproxy/config"
 	"github.com/hotkeyproxy/hotkeyproxy/hotkey"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/keyspec"
-	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
+	"github.com/tidwall/redcon"
 )
 
 // detection is the detector with what the proxy does with its findings:
@@ -145,13 +145,13 @@ func replyText(r []byte) string {
 //	key, <key>, read_ops_per_sec, <n>, write_ops_per_sec, <n>, hot, yes|no, since, <unix ms, 0 if not hot>
 func (dt *detection) detectedReport(count int) []byte {
 	top := dt.d.Top(count)
-	out := resp.AppendArrayHeader(nil, len(top))
+	out := redcon.AppendArray(nil, len(top))
 	for _, k := range top {
 		hot, since := "no", int64(0)
 		if k.Hot {
 			hot, since = "yes", k.Since.UnixMilli()
 		}
-		out = resp.AppendArrayHeader(out, 10)
+		out = redcon.AppendArray(out, 10)
 		for _, f := range [][2]string{
 			{"key", k.Key},
 			{"read_ops_per_sec", strconv.FormatInt(int64(k.ReadRate), 10)},
@@ -159,8 +159,8 @@ func (dt *detection) detectedReport(count int) []byte {
 			{"hot", hot},
 			{"since", strconv.FormatInt(since, 10)},
 		} {
-			out = resp.AppendBulk(out, []byte(f[0]))
-			out = resp.AppendBulk(out, []byte(f[1]))
+			out = redcon.AppendBulk(out, []byte(f[0]))
+			out = redcon.AppendBulk(out, []byte(f[1]))
 		}
 	}
 	return out

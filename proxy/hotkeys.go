@@ -8,6 +8,7 @@ import (
 	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 	"github.com/hotkeyproxy/hotkeyproxy/rewrite"
+	"github.com/tidwall/redcon"
 )
 
 // hotCommand answers cmd when it names a hot key, and reports whether it
@@ -94,9 +95,9 @@ func (s *session) hotCommand(cmd *resp.Command, c *command, name string) bool {
 		}
 	}
 	if name == "mget" {
-		s.reply(append(resp.AppendArrayHeader(nil, len(idx)), out...))
+		s.reply(append(redcon.AppendArray(nil, len(idx)), out...))
 	} else {
-		s.reply(resp.AppendInt(nil, sum))
+		s.reply(redcon.AppendInt(nil, sum))
 	}
 	return true
 }
@@ -195,9 +196,9 @@ func (s *session) proxyCommand(args [][]byte) {
 			"HELP",
 			"    Print this help.",
 		}
-		out := resp.AppendArrayHeader(nil, len(lines))
+		out := redcon.AppendArray(nil, len(lines))
 		for _, l := range lines {
-			out = resp.AppendStatus(out, l)
+			out = redcon.AppendString(out, l)
 		}
 		s.reply(out)
 	default:

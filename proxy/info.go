@@ -8,6 +8,7 @@ import (
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 	"github.com/hotkeyproxy/hotkeyproxy/proxy/upstream"
+	"github.com/tidwall/redcon"
 )
 
 // started is when the process started serving, for proxy_uptime_in_seconds.
@@ -88,6 +89,6 @@ func (s *session) standaloneInfo(cmd *resp.Command) {
 		if len(v) == 0 {
 			extra = extra[2:] // only the proxy's section: no blank line before it
 		}
-		s.out = resp.AppendBulk(s.out[:mark], append(append([]byte(nil), v...), extra...))
+		s.out = redcon.AppendBulk(s.out[:mark], append(append([]byte(nil), v...), extra...))
 	}
 }

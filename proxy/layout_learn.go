@@ -7,6 +7,7 @@ import (
 	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 	"github.com/hotkeyproxy/hotkeyproxy/rewrite"
+	"github.com/tidwall/redcon"
 )
 
 // layoutMark is a command relayed upstream whose reply may show that a key
@@ -132,7 +133,7 @@ func (s *session) reread(m layoutMark, r []byte) []byte {
 	}
 	var out []byte
 	if isArray {
-		out = resp.AppendArrayHeader(nil, len(elems))
+		out = redcon.AppendArray(nil, len(elems))
 	}
 	for i, v := range elems {
 		if b, ok := resp.BulkValue(v); ok && rewrite.IsMarker(b) && i+1 < len(args) {

@@ -9,6 +9,7 @@ import (
 	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 	"github.com/hotkeyproxy/hotkeyproxy/proxy/upstream"
+	"github.com/tidwall/redcon"
 )
 
 // local answers commands whose state the proxy keeps per client.
@@ -61,11 +62,11 @@ func maskSecrets(reply []byte) []byte {
 	if !ok {
 		return reply
 	}
-	out := resp.AppendArrayHeader(nil, len(elems))
+	out := redcon.AppendArray(nil, len(elems))
 	for i, e := range elems {
 		if i%2 == 1 {
 			if name, _ := resp.BulkValue(elems[i-1]); secretParams[strings.ToLower(string(name))] {
-				e = resp.AppendBulk(nil, []byte("******"))
+				e = redcon.AppendBulk(nil, []byte("******"))
 			}
 		}
 		out = append(out, e...)
@@ -263,12 +264,12 @@ func (s *session) client(args [][]byte) {
 	}
 	switch sub {
 	case "id":
-		s.reply(resp.AppendInt(nil, int64(s.id)))
+		s.reply(redcon.AppendInt(nil, int64(s.id)))
 	case "getname":
 		if len(s.name) == 0 {
-			s.reply(resp.AppendNil(nil))
+			s.reply(redcon.AppendNull(nil))
 		} else {
-			s.reply(resp.AppendBulk(nil, s.name))
+			s.reply(redcon.AppendBulk(nil, s.name))
 		}
 	case "setname":
 		if s.setName(args[2]) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/tidwall/redcon"
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/localredis"
@@ -396,7 +397,7 @@ func BenchmarkSessionMetrics(b *testing.B) {
 	m := newMetrics(prometheus.NewRegistry(), func() int { return 0 })
 	var out []byte
 	for range 16 {
-		out = resp.AppendBulk(out, []byte("value-of-some-key"))
+		out = redcon.AppendBulk(out, []byte("value-of-some-key"))
 	}
 	var sm sessionMetrics
 	get := commands["get"]

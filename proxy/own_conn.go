@@ -8,6 +8,7 @@ import (
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 	"github.com/hotkeyproxy/hotkeyproxy/proxy/upstream"
+	"github.com/tidwall/redcon"
 )
 
 // In cluster mode a client's own connection goes to one node, so it is
@@ -126,7 +127,7 @@ func (s *session) pin(p *upstream.Pool) bool {
 		}
 	}
 	if err != nil {
-		s.out = resp.AppendError(s.out, upstream.ErrorText(err))
+		s.out = redcon.AppendError(s.out, upstream.ErrorText(err))
 		return false
 	}
 	s.setOwn(&ownConn{nc: nc, br: br})
@@ -179,7 +180,7 @@ func (s *session) ownExchange(cmd *resp.Command, blocking, ask bool, moveTo func
 		}
 		s.out = s.out[:mark]
 		if try == upstream.MaxHops {
-			s.out = resp.AppendError(s.out, upstream.MsgSlotMoving)
+			s.out = redcon.AppendError(s.out, upstream.MsgSlotMoving)
 			return mark
 		}
 		var n *upstream.Node
@@ -240,7 +241,7 @@ func (s *session) killEverywhere(cmd *resp.Command) {
 func killOn(n *upstream.Node, req []byte) []byte {
 	nc, br, err := n.Pool.Dial(0)
 	if err != nil {
-		return resp.AppendError(nil, upstream.ErrorText(err))
+		return redcon.AppendError(nil, upstream.ErrorText(err))
 	}
 	defer nc.Close()
 	if _, err = nc.Write(req); err == nil {
@@ -249,7 +250,7 @@ func killOn(n *upstream.Node, req []byte) []byte {
 			return reply
 		}
 	}
-	return resp.AppendError(nil, upstream.ErrorText(err))
+	return redcon.AppendError(nil, upstream.ErrorText(err))
 }
 
 // rawOf is cmd as RESP, as it came when it came so.

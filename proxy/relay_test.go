@@ -12,6 +12,7 @@ import (
 	"github.com/hotkeyproxy/hotkeyproxy/config"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/redistest"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
+	"github.com/tidwall/redcon"
 )
 
 func startTestProxy(t *testing.T, upstream string, edit func(*config.Config)) string {
@@ -57,7 +58,7 @@ func pipelineEcho(addr string, client, rounds, depth int) error {
 		for i := range depth {
 			tag := []byte(fmt.Sprintf("c%d-r%d-i%d", client, r, i))
 			req = resp.AppendCommand(req, []byte("ECHO"), tag)
-			want = resp.AppendBulk(want, tag)
+			want = redcon.AppendBulk(want, tag)
 		}
 		if _, err := nc.Write(req); err != nil {
 			return err

@@ -10,7 +10,7 @@ import (
 	"github.com/hotkeyproxy/hotkeyproxy/config"
 	"github.com/hotkeyproxy/hotkeyproxy/hotkey"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
-	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
+	"github.com/tidwall/redcon"
 )
 
 // errNoReloader is PROXY CONFIG RELOAD's answer when the proxy was not
@@ -84,11 +84,11 @@ func (s *session) configCommand(args [][]byte) {
 		n := 0
 		for _, p := range pairs {
 			if hotkey.Match(pattern, []byte(p[0])) {
-				out = resp.AppendBulk(resp.AppendBulk(out, []byte(p[0])), []byte(p[1]))
+				out = redcon.AppendBulk(redcon.AppendBulk(out, []byte(p[0])), []byte(p[1]))
 				n++
 			}
 		}
-		s.reply(append(resp.AppendArrayHeader(nil, 2*n), out...))
+		s.reply(append(redcon.AppendArray(nil, 2*n), out...))
 	default:
 		s.replyError(rediserr.UnknownSubcommand("config|"+string(args[2]), "PROXY"))
 	}

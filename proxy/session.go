@@ -10,6 +10,7 @@ import (
 	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 	"github.com/hotkeyproxy/hotkeyproxy/proxy/upstream"
+	"github.com/tidwall/redcon"
 )
 
 // msgConfigHidden: a CONFIG GET reply can only be masked when it is not
@@ -110,11 +111,11 @@ func (s *session) serve() {
 			switch {
 			case errors.As(err, &pe):
 				s.srv.log.Debug("client protocol error", "client", s.nc.RemoteAddr().String(), "err", err)
-				s.out = resp.AppendError(s.out, "ERR "+pe.Error())
+				s.out = redcon.AppendError(s.out, "ERR "+pe.Error())
 			case errors.Is(err, resp.ErrQueryBufferExceeded):
 				s.srv.log.Warn("closing client that reached the query buffer limit",
 					"client", s.nc.RemoteAddr().String(), "limit", s.srv.config().Limits.QueryBuffer.String())
-				s.out = resp.AppendError(s.out, rediserr.QueryBuffer)
+				s.out = redcon.AppendError(s.out, rediserr.QueryBuffer)
 			default:
 				return
 			}
@@ -156,7 +157,7 @@ func (s *session) reply(b []byte) {
 	s.out = append(s.out, b...)
 }
 
-func (s *session) replyError(msg string) { s.reply(resp.AppendError(nil, msg)) }
+func (s *session) replyError(msg string) { s.reply(redcon.AppendError(nil, msg)) }
 
 // write sends the pending replies to the client.
 func (s *session) write() bool {
@@ -337,7 +338,7 @@ func (s *session) sendBatch(blocking bool) {
 func (s *session) failBatch(done, n int, err error) {
 	msg := upstream.ErrorText(err)
 	for i := done; i < n; i++ {
-		s.out = resp.AppendError(s.out, msg)
+		s.out = redcon.AppendError(s.out, msg)
 	}
 	if s.pinned() {
 		// Its transaction, subscriptions or db are gone with the

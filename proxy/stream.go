@@ -9,6 +9,7 @@ import (
 	"github.com/hotkeyproxy/hotkeyproxy/internal/hashslot"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
+	"github.com/tidwall/redcon"
 )
 
 // startStream switches to stream mode: replies written so far go out first,
@@ -221,12 +222,12 @@ func (s *session) clusterStream(cmd *resp.Command, c *command) {
 // channel.
 func unsubscribeReplies(args [][]byte, name string) []byte {
 	one := func(b []byte, ch []byte) []byte {
-		b = resp.AppendArrayHeader(b, 3)
-		b = resp.AppendBulk(b, []byte(name))
+		b = redcon.AppendArray(b, 3)
+		b = redcon.AppendBulk(b, []byte(name))
 		if ch == nil {
-			b = resp.AppendNil(b)
+			b = redcon.AppendNull(b)
 		} else {
-			b = resp.AppendBulk(b, ch)
+			b = redcon.AppendBulk(b, ch)
 		}
 		return append(b, ":0\r\n"...)
 	}
@@ -327,7 +328,7 @@ func (s *session) followsSlot(slot uint16) bool {
 // proxy's, after every reply to what it sent before.
 func (s *session) streamReplyError(msg string) {
 	nonce := []byte("hotkeyproxy-stream-sync")
-	frame := resp.AppendBulk(resp.AppendBulk(resp.AppendArrayHeader(nil, 2), []byte("pong")), nonce)
+	frame := redcon.AppendBulk(redcon.AppendBulk(redcon.AppendArray(nil, 2), []byte("pong")), nonce)
 	if !s.streamSync(&resp.Command{Args: [][]byte{[]byte("PING"), nonce}}, &streamMark{frame: frame}) {
 		s.quit = true
 		return
@@ -342,9 +343,9 @@ func (s *session) streamReplyError(msg string) {
 func (s *session) tryEndStream() {
 	nonce := []byte("hotkeyproxy-stream-end")
 	m := &streamMark{
-		frame: resp.AppendBulk(nil, nonce),
+		frame: redcon.AppendBulk(nil, nonce),
 		stop:  true,
-		alt:   resp.AppendError(nil, rediserr.Subscribed("echo")),
+		alt:   redcon.AppendError(nil, rediserr.Subscribed("echo")),
 	}
 	if !s.streamSync(&resp.Command{Args: [][]byte{[]byte("ECHO"), nonce}}, m) {
 		s.quit = true

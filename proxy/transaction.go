@@ -7,6 +7,7 @@ import (
 	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 	"github.com/hotkeyproxy/hotkeyproxy/proxy/upstream"
+	"github.com/tidwall/redcon"
 )
 
 // A transaction runs on the client's own connection, where Redis queues
@@ -49,7 +50,7 @@ func (s *session) multi(cmd *resp.Command) {
 func (s *session) endOwnTx(cmd *resp.Command, name string) {
 	if name == "exec" && s.tx.dirty {
 		mark := s.exchange(&resp.Command{Args: [][]byte{[]byte("DISCARD")}})
-		s.out = resp.AppendError(s.out[:mark], rediserr.ExecAbort)
+		s.out = redcon.AppendError(s.out[:mark], rediserr.ExecAbort)
 	} else {
 		s.forward(cmd)
 	}
@@ -196,7 +197,7 @@ func (s *session) clusterTx(cmd *resp.Command, c *command) bool {
 		switch {
 		case name == "exec" && s.tx.dirty:
 			mark := s.exchange(&resp.Command{Args: [][]byte{[]byte("DISCARD")}})
-			s.out = resp.AppendError(s.out[:mark], rediserr.ExecAbort)
+			s.out = redcon.AppendError(s.out[:mark], rediserr.ExecAbort)
 		case name == "exec" && s.tx.watchLost:
 			mark := s.exchange(&resp.Command{Args: [][]byte{[]byte("DISCARD")}})
 			s.out = append(s.out[:mark], "*-1\r\n"...)

@@ -13,6 +13,7 @@ import (
 	"github.com/hotkeyproxy/hotkeyproxy/internal/localredis"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/redistest"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
+	"github.com/tidwall/redcon"
 )
 
 // conn is a raw client of a real redis-server.
@@ -585,18 +586,18 @@ func movableNames(t *testing.T, reply []byte) []string {
 // entry is one COMMAND entry in Redis 7's shape; subs are its subcommand
 // entries.
 func entry(name string, arity int, flags []string, first, last, step int, subs ...[]byte) []byte {
-	b := resp.AppendArrayHeader(nil, 10)
-	b = resp.AppendBulk(b, []byte(name))
-	b = resp.AppendInt(b, int64(arity))
-	b = resp.AppendArrayHeader(b, len(flags))
+	b := redcon.AppendArray(nil, 10)
+	b = redcon.AppendBulk(b, []byte(name))
+	b = redcon.AppendInt(b, int64(arity))
+	b = redcon.AppendArray(b, len(flags))
 	for _, f := range flags {
-		b = resp.AppendStatus(b, f)
+		b = redcon.AppendString(b, f)
 	}
-	b = resp.AppendInt(b, int64(first))
-	b = resp.AppendInt(b, int64(last))
-	b = resp.AppendInt(b, int64(step))
+	b = redcon.AppendInt(b, int64(first))
+	b = redcon.AppendInt(b, int64(last))
+	b = redcon.AppendInt(b, int64(step))
 	b = append(b, "*1\r\n+@read\r\n*0\r\n*1\r\n*2\r\n$5\r\nflags\r\n*1\r\n+RO\r\n"...)
-	b = resp.AppendArrayHeader(b, len(subs))
+	b = redcon.AppendArray(b, len(subs))
 	for _, s := range subs {
 		b = append(b, s...)
 	}
@@ -604,7 +605,7 @@ func entry(name string, arity int, flags []string, first, last, step int, subs .
 }
 
 func reply(entries ...[]byte) []byte {
-	b := resp.AppendArrayHeader(nil, len(entries))
+	b := redcon.AppendArray(nil, len(entries))
 	for _, e := range entries {
 		b = append(b, e...)
 	}

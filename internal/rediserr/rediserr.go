@@ -2,7 +2,7 @@
 // (server.c, networking.c, cluster.c, t_string.c), for the replies the
 // proxy makes itself where Redis would have answered: the same words, so
 // that clients and their tests cannot tell. A text starts with its error
-// code and has no "-" or CRLF; resp.AppendError frames it. Malformed
+// code and has no "-" or CRLF; redcon.AppendError frames it. Malformed
 // requests are resp's ProtocolError values.
 package rediserr
 

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/tidwall/redcon"
-
-	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
 // Reply is how a Backend answers one command.
@@ -22,7 +20,7 @@ type Reply struct {
 // Echo answers with the last argument as a bulk string, so a client can
 // tell whose reply it got.
 func Echo(args []string) Reply {
-	return Reply{Raw: string(resp.AppendBulk(nil, []byte(args[len(args)-1])))}
+	return Reply{Raw: string(redcon.AppendBulk(nil, []byte(args[len(args)-1])))}
 }
 
 // BackendOptions configure a Backend.

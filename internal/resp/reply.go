@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+
+	"github.com/tidwall/redcon"
 )
 
 // maxReplyLen bounds a bulk or array length in a reply (4 GiB). Redis's
@@ -140,9 +142,9 @@ func AppendArrayHeader(b []byte, n int) []byte {
 
 // AppendCommand appends args as a multibulk request.
 func AppendCommand(b []byte, args ...[]byte) []byte {
-	b = AppendArrayHeader(b, len(args))
+	b = redcon.AppendArray(b, len(args))
 	for _, a := range args {
-		b = AppendBulk(b, a)
+		b = redcon.AppendBulk(b, a)
 	}
 	return b
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
+	"github.com/tidwall/redcon"
 )
 
 // bufSizes are the bufio sizes replies are read with: the smallest bufio
@@ -174,23 +175,38 @@ func TestReadReplyBulkHeaderAllocs(t *testing.T) {
 	}
 }
 
+// TestAppendHelpers: the reply builders the proxy uses for what it answers
+// itself (redcon's) give the bytes Redis gives, byte for byte: integers of
+// one digit and more, negative and extreme ones, empty and binary bulk
+// strings, nil, arrays, and errors whose CR and LF become spaces, as
+// Redis's addReplyError makes them.
 func TestAppendHelpers(t *testing.T) {
 	tests := []struct {
 		name string
 		got  []byte
 		want string
 	}{
-		{"status", resp.AppendStatus(nil, "OK"), "+OK\r\n"},
-		{"empty status", resp.AppendStatus(nil, ""), "+\r\n"},
-		{"error", resp.AppendError(nil, "ERR bad"), "-ERR bad\r\n"},
-		{"int", resp.AppendInt(nil, 42), ":42\r\n"},
-		{"min int", resp.AppendInt(nil, math.MinInt64), ":-9223372036854775808\r\n"},
-		{"bulk", resp.AppendBulk(nil, []byte("a\r\nb")), "$4\r\na\r\nb\r\n"},
-		{"empty bulk", resp.AppendBulk(nil, nil), "$0\r\n\r\n"},
-		{"nil", resp.AppendNil(nil), "$-1\r\n"},
-		{"array header", resp.AppendArrayHeader(nil, 3), "*3\r\n"},
+		{"status", redcon.AppendString(nil, "OK"), "+OK\r\n"},
+		{"empty status", redcon.AppendString(nil, ""), "+\r\n"},
+		{"error", redcon.AppendError(nil, "ERR bad"), "-ERR bad\r\n"},
+		{"int", redcon.AppendInt(nil, 42), ":42\r\n"},
+		{"min int", redcon.AppendInt(nil, math.MinInt64), ":-9223372036854775808\r\n"},
+		{"bulk", redcon.AppendBulk(nil, []byte("a\r\nb")), "$4\r\na\r\nb\r\n"},
+		{"empty bulk", redcon.AppendBulk(nil, nil), "$0\r\n\r\n"},
+		{"nil", redcon.AppendNull(nil), "$-1\r\n"},
+		{"array header", redcon.AppendArray(nil, 3), "*3\r\n"},
 		{"command", resp.AppendCommand(nil, []byte("SET"), []byte("k"), []byte("")), "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n"},
-		{"appends", resp.AppendInt([]byte("x"), 1), "x:1\r\n"},
+		{"appends", redcon.AppendInt([]byte("x"), 1), "x:1\r\n"},
+		{"error with CR LF", redcon.AppendError(nil, "ERR a\r\nb"), "-ERR a  b\r\n"},
+		{"status with LF", redcon.AppendString(nil, "a\nb"), "+a b\r\n"},
+		{"zero", redcon.AppendInt(nil, 0), ":0\r\n"},
+		{"nine", redcon.AppendInt(nil, 9), ":9\r\n"},
+		{"ten", redcon.AppendInt(nil, 10), ":10\r\n"},
+		{"minus one", redcon.AppendInt(nil, -1), ":-1\r\n"},
+		{"max int", redcon.AppendInt(nil, math.MaxInt64), ":9223372036854775807\r\n"},
+		{"binary bulk", redcon.AppendBulk(nil, []byte{0, 255, '$'}), "$3\r\n\x00\xff$\r\n"},
+		{"empty array", redcon.AppendArray(nil, 0), "*0\r\n"},
+		{"long array", redcon.AppendArray(nil, 1024), "*1024\r\n"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -206,25 +222,25 @@ func TestAppendHelpers(t *testing.T) {
 func TestAppendRoundTrip(t *testing.T) {
 	var replies [][]byte
 	add := func(b []byte) { replies = append(replies, b) }
-	add(resp.AppendStatus(nil, "OK"))
-	add(resp.AppendStatus(nil, ""))
-	add(resp.AppendError(nil, "ERR something bad"))
+	add(redcon.AppendString(nil, "OK"))
+	add(redcon.AppendString(nil, ""))
+	add(redcon.AppendError(nil, "ERR something bad"))
 	for _, n := range []int64{0, 1, -1, math.MaxInt64, math.MinInt64} {
-		add(resp.AppendInt(nil, n))
+		add(redcon.AppendInt(nil, n))
 	}
-	add(resp.AppendBulk(nil, nil))
-	add(resp.AppendBulk(nil, []byte("\r\n\x00\r\n")))
-	add(resp.AppendBulk(nil, bytes.Repeat([]byte("b"), 100000)))
-	add(resp.AppendNil(nil))
-	add(resp.AppendArrayHeader(nil, 0))
-	add(resp.AppendArrayHeader(nil, -1))
-	arr := resp.AppendArrayHeader(nil, 4)
-	arr = resp.AppendInt(arr, 1)
-	arr = resp.AppendNil(arr)
-	arr = resp.AppendArrayHeader(arr, 2)
-	arr = resp.AppendStatus(arr, "x")
-	arr = resp.AppendError(arr, "ERR y")
-	arr = resp.AppendBulk(arr, []byte("z"))
+	add(redcon.AppendBulk(nil, nil))
+	add(redcon.AppendBulk(nil, []byte("\r\n\x00\r\n")))
+	add(redcon.AppendBulk(nil, bytes.Repeat([]byte("b"), 100000)))
+	add(redcon.AppendNull(nil))
+	add(redcon.AppendArray(nil, 0))
+	add(redcon.AppendArray(nil, -1))
+	arr := redcon.AppendArray(nil, 4)
+	arr = redcon.AppendInt(arr, 1)
+	arr = redcon.AppendNull(arr)
+	arr = redcon.AppendArray(arr, 2)
+	arr = redcon.AppendString(arr, "x")
+	arr = redcon.AppendError(arr, "ERR y")
+	arr = redcon.AppendBulk(arr, []byte("z"))
 	add(arr)
 	add(resp.AppendCommand(nil, []byte("SET"), []byte("k"), []byte("v\r\n")))
 	add(resp.AppendCommand(nil))
@@ -259,10 +275,10 @@ func TestAppendCommandRoundTrip(t *testing.T) {
 
 func BenchmarkReadReply(b *testing.B) {
 	var reply []byte
-	reply = resp.AppendArrayHeader(reply, 3)
-	reply = resp.AppendBulk(reply, bytes.Repeat([]byte("v"), 100))
-	reply = resp.AppendInt(reply, 42)
-	reply = resp.AppendNil(reply)
+	reply = redcon.AppendArray(reply, 3)
+	reply = redcon.AppendBulk(reply, bytes.Repeat([]byte("v"), 100))
+	reply = redcon.AppendInt(reply, 42)
+	reply = redcon.AppendNull(reply)
 	br := bufio.NewReader(&loopReader{reply})
 	b.SetBytes(int64(len(reply)))
 	b.ReportAllocs()

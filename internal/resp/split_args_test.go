@@ -13,6 +13,7 @@ import (
 	"github.com/hotkeyproxy/hotkeyproxy/internal/localredis"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/redistest"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
+	"github.com/tidwall/redcon"
 )
 
 type splitArgsCase struct {
@@ -107,14 +108,14 @@ func TestSplitArgsMatchesRedis(t *testing.T) {
 			var want []byte
 			split, ok := resp.SplitArgs([]byte(tc.line))
 			if ok {
-				want = resp.AppendInt(want, int64(len(split)))
-				want = resp.AppendArrayHeader(want, len(split))
+				want = redcon.AppendInt(want, int64(len(split)))
+				want = redcon.AppendArray(want, len(split))
 				for _, a := range split {
-					want = resp.AppendBulk(want, a)
+					want = redcon.AppendBulk(want, a)
 				}
-				want = resp.AppendStatus(want, "OK")
+				want = redcon.AppendString(want, "OK")
 			} else {
-				want = resp.AppendError(want, "ERR "+resp.ErrUnbalancedQuotes.Error())
+				want = redcon.AppendError(want, "ERR "+resp.ErrUnbalancedQuotes.Error())
 			}
 			if got != string(want) {
 				t.Errorf("Redis replied %q, SplitArgs gives %q", got, want)

@@ -15,6 +15,7 @@ import (
 	"github.com/hotkeyproxy/hotkeyproxy/internal/redistest"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 	"github.com/redis/go-redis/v9"
+	"github.com/tidwall/redcon"
 )
 
 func TestRealRedisSellOut(t *testing.T) {
@@ -436,16 +437,16 @@ func (f *fakeServer) answer(b []byte, id int, args [][]byte) ([]byte, bool) {
 	defer f.mu.Unlock()
 	switch name := strings.ToUpper(string(args[0])); {
 	case name == "PING":
-		return resp.AppendStatus(b, "PONG"), true
+		return redcon.AppendString(b, "PONG"), true
 	case name == "SET" && len(args) == 3:
 		n, err := strconv.ParseInt(string(args[2]), 10, 64)
 		if err != nil {
-			return resp.AppendError(b, "ERR fake: not an integer"), true
+			return redcon.AppendError(b, "ERR fake: not an integer"), true
 		}
 		f.value = n
-		return resp.AppendStatus(b, "OK"), true
+		return redcon.AppendString(b, "OK"), true
 	case name == "GET":
-		return resp.AppendBulk(b, strconv.AppendInt(nil, f.value, 10)), true
+		return redcon.AppendBulk(b, strconv.AppendInt(nil, f.value, 10)), true
 	case name == "EVAL" || name == "EVALSHA":
 		f.mu.Unlock() // deduct may block until another connection deducts
 		r := f.deduct(id)
@@ -454,14 +455,14 @@ func (f *fakeServer) answer(b []byte, id int, args [][]byte) ([]byte, bool) {
 		case r.drop:
 			return b, false
 		case r.err != "":
-			return resp.AppendError(b, r.err), true
+			return redcon.AppendError(b, r.err), true
 		}
 		if r.n >= 0 {
 			f.value--
 		}
-		return resp.AppendInt(b, r.n), true
+		return redcon.AppendInt(b, r.n), true
 	default:
-		return resp.AppendError(b, "ERR unknown command '"+name+"'"), true
+		return redcon.AppendError(b, "ERR unknown command '"+name+"'"), true
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/tidwall/redcon"
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/redistest"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
@@ -38,7 +39,7 @@ func echoBatch(client, round, depth int) (b *Batch, want []string) {
 	for i := range depth {
 		tag := fmt.Sprintf("c%d-r%d-i%d", client, round, i)
 		b.Req = resp.AppendCommand(b.Req, []byte("ECHO"), []byte(tag))
-		want = append(want, string(resp.AppendBulk(nil, []byte(tag))))
+		want = append(want, string(redcon.AppendBulk(nil, []byte(tag))))
 	}
 	return b, want
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/hotkeyproxy/hotkeyproxy/internal/keyspec"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 	"github.com/hotkeyproxy/hotkeyproxy/rewrite"
+	"github.com/tidwall/redcon"
 )
 
 // keyTableRetry is how long KeyTable waits after a failed COMMAND before
@@ -75,7 +76,7 @@ func (u *Redis) Do(reqs []rewrite.Request) [][]byte {
 		t, _, err := c.Current()
 		if err != nil {
 			for i := range replies {
-				replies[i] = resp.AppendError(nil, ErrorText(err))
+				replies[i] = redcon.AppendError(nil, ErrorText(err))
 			}
 			return replies
 		}
@@ -108,7 +109,7 @@ func (u *Redis) Do(reqs []rewrite.Request) [][]byte {
 	done := b.replies(nil)
 	copy(replies, done)
 	for i := len(done); i < len(replies); i++ {
-		replies[i] = resp.AppendError(nil, ErrorText(err))
+		replies[i] = redcon.AppendError(nil, ErrorText(err))
 	}
 	return replies
 }

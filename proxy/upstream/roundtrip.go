@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
+	"github.com/tidwall/redcon"
 )
 
 // How hard a request is retried when the cluster redirects it (MOVED,
@@ -181,7 +182,7 @@ func (r *RoundTrip) collectRound() []*nodeBatch {
 			}
 			p.reply = nb.Out[start:nb.Ends[p.idx]]
 		} else {
-			p.reply = resp.AppendError(nil, ErrorText(nb.Err))
+			p.reply = redcon.AppendError(nil, ErrorText(nb.Err))
 		}
 		target, first, again := r.redirect(p)
 		switch {
@@ -194,7 +195,7 @@ func (r *RoundTrip) collectRound() []*nodeBatch {
 			}
 		case again && p.waits >= maxWaits, !again && p.hops >= MaxHops:
 			if !again {
-				p.reply = resp.AppendError(nil, MsgSlotMoving)
+				p.reply = redcon.AppendError(nil, MsgSlotMoving)
 			}
 		default:
 			retries = append(retries, retry{i, target, first, again})
