@@ -1,9 +1,9 @@
 package rewrite
 
 import (
+	"errors"
 	"slices"
 	"strconv"
-	"time"
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/hashslot"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
@@ -33,21 +33,21 @@ func (e *Engine) Report() []byte {
 	for _, k := range names {
 		h := e.key([]byte(k))
 		h.seen.Store(0) // read it afresh
-		l, st, fail := e.load(h, false)
-		if string(fail) == string(errPlain) {
+		l, st, err := e.load(h, false)
+		if errors.Is(err, errPlain) {
 			e.Forget([]byte(k)) // learned, and plain again
 			continue
 		}
 		n++
-		if st == stateFailed {
-			out = append(out, fail...)
+		if err != nil {
+			out = append(out, errorReply(err)...)
 			continue
 		}
 		var sum int64
 		var values []int64
 		if st == stateHot {
-			if sum, fail = e.readBuckets(h, l); fail != nil {
-				out = append(out, fail...)
+			if sum, err = e.readBuckets(h, l); err != nil {
+				out = append(out, errorReply(err)...)
 				continue
 			}
 			for i := range l.N() {
@@ -63,7 +63,7 @@ func (e *Engine) Report() []byte {
 		out = field(out, "buckets", strconv.AppendInt(nil, int64(n), 10))
 		out = field(out, "sum", strconv.AppendInt(nil, sum, 10))
 		sold := "no"
-		if at := h.soldAt.Load(); at != 0 && time.Since(time.Unix(0, at)) < e.settings.Load().soldoutTTL {
+		if at := h.soldAt.Load(); at != 0 && e.since(at) < e.settings.Load().soldoutTTL {
 			sold = "yes"
 		}
 		out = field(out, "sold_out", []byte(sold))
