@@ -322,10 +322,6 @@ func (e *Engine) addOnce(h *hotKey, delta int64, client uint64) ([]byte, error) 
 	return resp.AppendInt(nil, sum), nil
 }
 
-// DeductScript reports whether args is EVAL or EVALSHA (or their _RO
-// forms) of a deduct script declared in the config.
-func (e *Engine) DeductScript(args [][]byte) bool { return e.deductScript(args) != nil }
-
 // deductScript is the declared deduct script args runs: EVAL or EVALSHA
 // (or their _RO forms) of a script the config declares; nil for any other
 // command or script.
