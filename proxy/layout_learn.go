@@ -2,9 +2,7 @@ package proxy
 
 import (
 	"bytes"
-	"strings"
 
-	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 	"github.com/hotkeyproxy/hotkeyproxy/rewrite"
 	"github.com/tidwall/redcon"
@@ -21,33 +19,14 @@ type layoutMark struct {
 	failed     bool // the command fails on a layout (else: GET or MGET)
 }
 
-// failsOnLayout are the single-key commands that fail on a layout without
-// doing anything, and that the engine answers on a hot key.
-var failsOnLayout = map[string]bool{
-	"incr": true, "decr": true, "incrby": true, "decrby": true,
-	"eval": true, "evalsha": true, "eval_ro": true, "evalsha_ro": true,
-}
-
 // markLayout notes a command that may be relayed and whose reply
-// readLayouts is to look at: GET, MGET, and those that fail on a layout.
-// Their keys are where the command's syntax puts them, so the command
-// table is not needed.
+// readLayouts is to look at, as rewrite.MayShowLayout tells.
 func (s *session) markLayout(name string, args [][]byte) {
-	keyAt, failed := 0, failsOnLayout[name]
-	switch {
-	case s.tx.open:
+	if s.tx.open {
 		return
-	case failed && strings.HasPrefix(name, "eval"):
-		if len(args) < 4 || string(args[2]) != "1" {
-			return
-		}
-		keyAt = 3
-	case failed:
-		if len(args) < 2 {
-			return
-		}
-		keyAt = 1
-	case name != "get" && name != "mget":
+	}
+	keyAt, failed, ok := rewrite.MayShowLayout(name, args)
+	if !ok {
 		return
 	}
 	m := layoutMark{reply: s.b.N + len(s.cs.cmds), first: len(s.markEnds), keyAt: keyAt, failed: failed}
@@ -149,26 +128,17 @@ func (s *session) reread(m layoutMark, r []byte) []byte {
 }
 
 // retryFailed answers again a marked command that Redis failed with r,
-// when the failure is the one a layout causes and did nothing: Redis's
-// "not an integer" to INCR, DECR, INCRBY, DECRBY, or a Lua error of a
-// deduct script declared in the config (which fails at its first
-// comparison, before any write). Any other failure — a script that may
-// have written before it failed, a lost reply — is the client's to see,
-// as a retry could apply the command twice. The key holding a layout: it
-// is learned and the command answered as on a hot key. The key plain
-// (merged back since): the command is sent again. Three rounds at most,
-// for a key sharded and merged back meanwhile.
+// when the failure is the one a layout causes and did nothing
+// (rewrite.Engine.LayoutFailure); any other failure is the client's to
+// see, as a retry could apply the command twice. The key holding a
+// layout: it is learned and the command answered as on a hot key. The key
+// plain (merged back since): the command is sent again. Three rounds at
+// most, for a key sharded and merged back meanwhile.
 func (s *session) retryFailed(args [][]byte, keyAt int, r []byte) []byte {
 	e, up := s.srv.hot, s.srv.up
 	key := args[keyAt]
-	layoutFailure := func(r []byte) bool {
-		if e.DeductScript(args) {
-			return bytes.HasPrefix(r, []byte("-ERR user_script:")) || bytes.HasPrefix(r, []byte("-ERR Error running script"))
-		}
-		return string(r) == "-"+rediserr.NotInteger+"\r\n" && !strings.HasPrefix(strings.ToLower(string(args[0])), "eval")
-	}
 	for range 3 {
-		if !layoutFailure(r) {
+		if !e.LayoutFailure(args, r) {
 			return r
 		}
 		v, ok := resp.BulkValue(up.Do([]rewrite.Request{{Key: key, Args: [][]byte{[]byte("GET"), key}}})[0])

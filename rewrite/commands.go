@@ -2,18 +2,17 @@ package rewrite
 
 import (
 	"bytes"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
-)
-
-// Error replies with Redis 7.0's texts.
-const (
-	msgNotInteger = "ERR value is not an integer or out of range"
-	msgSyntax     = "ERR syntax error"
+	"github.com/tidwall/redcon"
 )
 
 // Do answers a command on the hot key args[keyAt], as a plain key holding
@@ -23,15 +22,19 @@ const (
 // key turned out not to be hot any more (it was learned, and holds no
 // layout now): the caller relays the command as for a plain key.
 func (e *Engine) Do(args [][]byte, keyAt int, client uint64) []byte {
-	r := e.do(args, keyAt, client)
-	if bytes.Equal(r, errPlain) {
+	r, err := e.do(args, keyAt, client)
+	switch {
+	case errors.Is(err, errPlain):
 		e.Forget(args[keyAt])
 		return nil
+	case err != nil:
+		return errorReply(err)
 	}
 	return r
 }
 
-func (e *Engine) do(args [][]byte, keyAt int, client uint64) []byte {
+// do is Do with its failures as errors; a reply is never an error reply.
+func (e *Engine) do(args [][]byte, keyAt int, client uint64) ([]byte, error) {
 	name := strings.ToLower(string(args[0]))
 	h := e.key(args[keyAt])
 	switch name {
@@ -42,58 +45,69 @@ func (e *Engine) do(args [][]byte, keyAt int, client uint64) []byte {
 	case "incr", "decr", "incrby", "decrby":
 		return e.add(h, name, args, client)
 	case "eval", "evalsha", "eval_ro", "evalsha_ro":
-		return e.script(h, name, args, client)
+		return e.script(h, args, client)
 	case "del", "unlink":
 		return e.del(h, args)
 	case "exists", "touch", "ttl", "pttl", "expiretime", "pexpiretime", "type":
-		return e.send(h, []Request{{Key: args[keyAt], Args: args}})[0]
+		return e.relay(h, Request{Key: args[keyAt], Args: args})
 	case "expire", "pexpire", "expireat", "pexpireat", "persist":
 		return e.expire(h, args)
 	case "incrbyfloat":
-		return errReply(h.name, "INCRBYFLOAT is not supported on it: its buckets hold integers")
+		return nil, refused(h.name, "INCRBYFLOAT is not supported on it: its buckets hold integers")
 	}
-	return errReply(h.name, strings.ToUpper(name)+" is not supported on it")
+	return nil, refused(h.name, strings.ToUpper(name)+" is not supported on it")
+}
+
+// relay sends one request for h and returns Redis's reply, an error reply
+// as a redisError.
+func (e *Engine) relay(h *hotKey, req Request) ([]byte, error) {
+	r := e.send(h, []Request{req})[0]
+	if err := replyErr(r); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // get answers GET: the sum, a bulk string as Redis gives a counter's
 // value. The key is read with its buckets, in the same round, so a key
 // that expired or changed behind this proxy's back is seen.
-func (e *Engine) get(h *hotKey) []byte {
+func (e *Engine) get(h *hotKey) ([]byte, error) {
 	for range 3 {
-		if r := e.getOnce(h); r != nil {
-			return r
+		if r, err := e.getOnce(h); !errors.Is(err, errGone) {
+			return r, err
 		}
 	}
-	return resp.AppendError(nil, "ERR hotkeyproxy: '"+h.name+"' keeps changing; try again")
+	return nil, &keyError{key: h.name, reason: "keeps changing; try again"}
 }
 
-// getOnce is get on the layout as loaded; nil when the key turned out to
-// hold another layout, to be read again.
-func (e *Engine) getOnce(h *hotKey) []byte {
-	l, st, fail := e.load(h, false)
+// getOnce is get on the layout as loaded; errGone when the key turned out
+// to hold another layout, to be read again.
+func (e *Engine) getOnce(h *hotKey) ([]byte, error) {
+	l, st, err := e.load(h, false)
 	key := []byte(h.name)
-	switch st {
-	case stateFailed:
-		return fail
-	case stateMissing, stateOther:
-		return e.send(h, []Request{{Key: key, Args: [][]byte{[]byte("GET"), key}}})[0]
-	}
-	replies := e.send(h, l.requests([]Request{{Key: key, Args: [][]byte{[]byte("GET"), key}}}, []byte("GET")))
-	v, ok := resp.BulkValue(replies[0])
+	get := Request{Key: key, Args: [][]byte{[]byte("GET"), key}}
 	switch {
-	case resp.IsError(replies[0]):
-		return replies[0]
+	case err != nil:
+		return nil, err
+	case st == stateMissing, st == stateOther:
+		return e.relay(h, get)
+	}
+	replies := e.send(h, l.requests([]Request{get}, []byte("GET")))
+	if err := replyErr(replies[0]); err != nil {
+		return nil, err
+	}
+	switch v, ok := resp.BulkValue(replies[0]); {
 	case !ok || !IsMarker(v):
 		h.forget() // gone, or a plain value written by a proxy that did not know
-		return replies[0]
+		return replies[0], nil
 	case !bytes.Equal(v, l.Marker()):
 		h.forget() // made again with another layout
-		return nil
+		return nil, errGone
 	}
 	var sum int64
 	for i, r := range replies[1:] {
-		if resp.IsError(r) {
-			return r
+		if err := replyErr(r); err != nil {
+			return nil, err
 		}
 		n := int64(0)
 		if b, ok := resp.BulkValue(r); ok {
@@ -102,23 +116,23 @@ func (e *Engine) getOnce(h *hotKey) []byte {
 		h.last[i].Store(n)
 		sum += n
 	}
-	return resp.AppendBulk(nil, strconv.AppendInt(nil, sum, 10))
+	return redcon.AppendBulk(nil, strconv.AppendInt(nil, sum, 10)), nil
 }
 
 // set answers SET k n [options]: n is split over the buckets, n/N each and
 // the remainder one each on the first buckets (contract 1). The options
 // are Redis's to check and apply, on the key itself, whose layout the SET
 // writes; the buckets get the same expiry.
-func (e *Engine) set(h *hotKey, args [][]byte) []byte {
+func (e *Engine) set(h *hotKey, args [][]byte) ([]byte, error) {
 	if len(args) < 3 {
-		return resp.AppendError(nil, "ERR wrong number of arguments for 'set' command")
+		return nil, newRedisError(rediserr.WrongArity("set"))
 	}
 	total, ok := resp.ParseInt(args[2])
 	if !ok {
-		return errReply(h.name, "its value must be an integer")
+		return nil, refused(h.name, "its value must be an integer")
 	}
 	if total > MaxValue || total < -MaxValue {
-		return errReply(h.name, "its value must be an integer below 2^53 in absolute value")
+		return nil, refused(h.name, "its value must be an integer below 2^53 in absolute value")
 	}
 	var nx, xx, get bool
 	var expiry [][]byte
@@ -139,9 +153,9 @@ func (e *Engine) set(h *hotKey, args [][]byte) []byte {
 			}
 		}
 	}
-	prev, st, fail := e.load(h, false)
-	if st == stateFailed {
-		return fail
+	prev, st, err := e.load(h, false)
+	if err != nil {
+		return nil, err
 	}
 	// Always a new layout, its buckets written before the key names it:
 	// no proxy ever reads a layout with buckets missing or half written,
@@ -156,8 +170,8 @@ func (e *Engine) set(h *hotKey, args [][]byte) []byte {
 	l := Place(h.name, n, masters, owner)
 	var old []byte
 	if get && st == stateHot {
-		if old = e.get(h); resp.IsError(old) {
-			return old
+		if old, err = e.get(h); err != nil {
+			return nil, err
 		}
 	}
 	key := []byte(h.name)
@@ -169,14 +183,14 @@ func (e *Engine) set(h *hotKey, args [][]byte) []byte {
 			bucketExpiry = [][]byte{[]byte("PX"), strconv.AppendInt(nil, ttl, 10)}
 		}
 	}
-	if fail := e.writeShares(h, l, total, bucketExpiry); fail != nil {
-		return fail
+	if err := e.writeShares(h, l, total, bucketExpiry); err != nil {
+		return nil, err
 	}
 	setMarker := append([][]byte{[]byte("SET"), key, l.Marker()}, args[3:]...)
-	r := e.send(h, []Request{{Key: key, Args: setMarker}})[0]
-	if resp.IsError(r) {
+	r, err := e.relay(h, Request{Key: key, Args: setMarker})
+	if err != nil {
 		e.dropBuckets(h, l)
-		return r
+		return nil, err
 	}
 	var wasSet bool // with GET, the reply is the old value: NX and XX say
 	switch {
@@ -204,23 +218,23 @@ func (e *Engine) set(h *hotKey, args [][]byte) []byte {
 	}
 	switch {
 	case get:
-		return old
+		return old, nil
 	case wasSet:
-		return []byte("+OK\r\n")
+		return []byte("+OK\r\n"), nil
 	}
-	return resp.AppendNil(nil)
+	return redcon.AppendNull(nil), nil
 }
 
 // writeShares writes total over the buckets of l, each with expiry.
-func (e *Engine) writeShares(h *hotKey, l *Layout, total int64, expiry [][]byte) []byte {
+func (e *Engine) writeShares(h *hotKey, l *Layout, total int64, expiry [][]byte) error {
 	reqs := make([]Request, l.N())
 	for i := range reqs {
 		b := l.Bucket(i)
 		reqs[i] = Request{Key: b, Args: append([][]byte{[]byte("SET"), b, strconv.AppendInt(nil, l.Share(total, i), 10)}, expiry...)}
 	}
 	for _, r := range e.send(h, reqs) {
-		if resp.IsError(r) {
-			return r
+		if err := replyErr(r); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -236,61 +250,61 @@ func (e *Engine) dropBuckets(h *hotKey, l *Layout) {
 // sees it. Its sign is always right for this command: a decrement the
 // buckets covered never looks negative, one they could not always does,
 // so "DECR; if < 0, INCR back" stays exact.
-func (e *Engine) add(h *hotKey, name string, args [][]byte, client uint64) []byte {
+func (e *Engine) add(h *hotKey, name string, args [][]byte, client uint64) ([]byte, error) {
 	delta := int64(1)
 	switch name {
 	case "incrby", "decrby":
 		if len(args) != 3 {
-			return resp.AppendError(nil, "ERR wrong number of arguments for '"+name+"' command")
+			return nil, newRedisError(rediserr.WrongArity(name))
 		}
 		var ok bool
 		if delta, ok = resp.ParseInt(args[2]); !ok {
-			return resp.AppendError(nil, msgNotInteger)
+			return nil, newRedisError(rediserr.NotInteger)
 		}
 	default:
 		if len(args) != 2 {
-			return resp.AppendError(nil, "ERR wrong number of arguments for '"+name+"' command")
+			return nil, newRedisError(rediserr.WrongArity(name))
 		}
 	}
 	if name == "decr" || name == "decrby" {
 		if delta == -1<<63 {
-			return resp.AppendError(nil, "ERR decrement would overflow")
+			return nil, newRedisError(rediserr.DecrOverflow)
 		}
 		delta = -delta
 	}
 	for try := 0; ; try++ {
-		r := e.addOnce(h, delta, client)
-		if !bytes.Equal(r, errGone) || try == 2 {
-			return r
+		r, err := e.addOnce(h, delta, client)
+		if !errors.Is(err, errGone) || try == 2 {
+			return r, err
 		}
 	}
 }
 
 // addOnce is add on the layout as loaded; errGone when the key turned out
 // to be gone, to be tried again on a new one.
-func (e *Engine) addOnce(h *hotKey, delta int64, client uint64) []byte {
-	l, st, fail := e.load(h, true)
-	switch st {
-	case stateFailed:
-		return fail
-	case stateOther:
-		return resp.AppendError(nil, msgNotInteger)
+func (e *Engine) addOnce(h *hotKey, delta int64, client uint64) ([]byte, error) {
+	l, st, err := e.load(h, true)
+	switch {
+	case err != nil:
+		return nil, err
+	case st == stateOther:
+		return nil, newRedisError(rediserr.NotInteger)
 	}
 	if sum := h.estimate(l); delta > 0 && delta > MaxValue-sum || delta < 0 && delta < -MaxValue-sum {
-		return errReply(h.name, "the increment or decrement would take it to 2^53 in absolute value or more")
+		return nil, refused(h.name, "the increment or decrement would take it to 2^53 in absolute value or more")
 	}
 	if delta >= 0 {
 		// Also for 0: the call on bucket 0 is what finds a key that expired.
-		if fail := e.incrBy(h, l, delta); fail != nil {
-			return fail
+		if err := e.incrBy(h, l, delta); err != nil {
+			return nil, err
 		}
-		return resp.AppendInt(nil, h.estimate(l))
+		return redcon.AppendInt(nil, h.estimate(l)), nil
 	}
-	covered, fail := e.decrBy(h, l, -delta, client)
+	covered, err := e.decrBy(h, l, -delta, client)
 	switch {
-	case fail != nil:
+	case err != nil:
 		h.count.deductsFailed.Add(1)
-		return fail
+		return nil, err
 	case covered:
 		h.count.deductsOK.Add(1)
 		h.count.unitsSold.Add(uint64(-delta))
@@ -303,104 +317,119 @@ func (e *Engine) addOnce(h *hotKey, delta int64, client uint64) []byte {
 	} else {
 		sum = min(sum, -1)
 	}
-	return resp.AppendInt(nil, sum)
+	return redcon.AppendInt(nil, sum), nil
+}
+
+// deductScript is the declared deduct script args runs: EVAL or EVALSHA
+// (or their _RO forms) of a script the config declares; nil for any other
+// command or script.
+func (e *Engine) deductScript(args [][]byte) *config.Script {
+	if len(args) < 2 {
+		return nil
+	}
+	switch strings.ToLower(string(args[0])) {
+	case "evalsha", "evalsha_ro":
+		return e.settings.Load().scripts[strings.ToLower(string(args[1]))]
+	case "eval", "eval_ro":
+		sum := sha1.Sum(args[1])
+		return e.settings.Load().scripts[hex.EncodeToString(sum[:])]
+	}
+	return nil
 }
 
 // script answers EVAL/EVALSHA of a declared deduct script on the hot key:
 // remaining stock on success, the declared sold-out value otherwise, as
 // the script would on a plain key holding the sum (contract 3).
-func (e *Engine) script(h *hotKey, name string, args [][]byte, client uint64) []byte {
-	var s *config.Script
-	if strings.HasPrefix(name, "evalsha") {
-		s = e.settings.Load().scripts[strings.ToLower(string(args[1]))]
-	} else {
-		s = e.scriptByBody(args[1])
-	}
+func (e *Engine) script(h *hotKey, args [][]byte, client uint64) ([]byte, error) {
+	s := e.deductScript(args)
 	if s == nil {
-		return errReply(h.name, "only the deduct scripts declared in proxy.yaml can run on it")
+		return nil, refused(h.name, "only the deduct scripts declared in proxy.yaml can run on it")
 	}
 	if n, ok := resp.ParseInt(args[2]); !ok || n != 1 {
-		return errReply(h.name, "a deduct script must name it as its only key")
+		return nil, refused(h.name, "a deduct script must name it as its only key")
 	}
 	amount := s.Amount.Const
 	if s.Amount.ArgvIndex > 0 {
 		i := 3 + s.Amount.ArgvIndex
 		var ok bool
 		if i >= len(args) {
-			return errReply(h.name, "script "+s.Name+" needs ARGV["+strconv.Itoa(s.Amount.ArgvIndex)+"], the amount")
+			return nil, refused(h.name, "script "+s.Name+" needs ARGV["+strconv.Itoa(s.Amount.ArgvIndex)+"], the amount")
 		}
 		if amount, ok = resp.ParseInt(args[i]); !ok || amount < 1 {
-			return errReply(h.name, "script "+s.Name+" needs a positive integer amount in ARGV["+strconv.Itoa(s.Amount.ArgvIndex)+"]")
+			return nil, refused(h.name, "script "+s.Name+" needs a positive integer amount in ARGV["+strconv.Itoa(s.Amount.ArgvIndex)+"]")
 		}
 	}
-	soldout := resp.AppendInt(nil, s.Soldout)
+	soldout := redcon.AppendInt(nil, s.Soldout)
 	if e.soldOut(h, amount) {
 		h.count.soldOutLocal.Add(1)
-		return h.counted(soldout, soldout, amount)
+		return h.counted(soldout, nil, soldout, amount)
 	}
 	for try := 0; ; try++ {
-		r := e.deductOnce(h, amount, soldout, client)
-		if !bytes.Equal(r, errGone) || try == 2 {
-			return h.counted(r, soldout, amount)
+		r, err := e.deductOnce(h, amount, soldout, client)
+		if !errors.Is(err, errGone) || try == 2 {
+			return h.counted(r, err, soldout, amount)
 		}
 	}
 }
 
 // deductOnce is the deduct script on the layout as loaded; errGone when
 // the key turned out to be gone, to be tried again.
-func (e *Engine) deductOnce(h *hotKey, amount int64, soldout []byte, client uint64) []byte {
-	l, st, fail := e.load(h, false)
-	switch st {
-	case stateFailed:
-		return fail
-	case stateMissing:
-		return soldout
-	case stateOther:
-		return errReply(h.name, "it holds a value that is not an integer below 2^53 in absolute value")
-	}
-	ok, fail := e.deduct(h, l, amount, client)
+func (e *Engine) deductOnce(h *hotKey, amount int64, soldout []byte, client uint64) ([]byte, error) {
+	l, st, err := e.load(h, false)
 	switch {
-	case fail != nil:
-		return fail
-	case !ok:
-		return soldout
+	case err != nil:
+		return nil, err
+	case st == stateMissing:
+		return soldout, nil
+	case st == stateOther:
+		return nil, refused(h.name, "it holds a value that is not an integer below 2^53 in absolute value")
 	}
-	return resp.AppendInt(nil, max(h.estimate(l), 0))
+	ok, err := e.deduct(h, l, amount, client)
+	switch {
+	case err != nil:
+		return nil, err
+	case !ok:
+		return soldout, nil
+	}
+	return redcon.AppendInt(nil, max(h.estimate(l), 0)), nil
 }
 
 // del answers DEL and UNLINK: the key and its buckets go.
-func (e *Engine) del(h *hotKey, args [][]byte) []byte {
-	l, st, fail := e.load(h, false)
+func (e *Engine) del(h *hotKey, args [][]byte) ([]byte, error) {
+	l, st, err := e.load(h, false)
+	if err != nil {
+		return nil, err
+	}
 	key := []byte(h.name)
 	reqs := []Request{{Key: key, Args: [][]byte{args[0], key}}}
-	switch st {
-	case stateFailed:
-		return fail
-	case stateHot:
+	if st == stateHot {
 		reqs = l.requests(reqs, args[0])
 	}
 	replies := e.send(h, reqs)
 	h.layout.Store(nil)
 	h.soldAt.Store(0)
-	return replies[0]
+	if err := replyErr(replies[0]); err != nil {
+		return nil, err
+	}
+	return replies[0], nil
 }
 
 // expire answers EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT and PERSIST: on the
 // key, whose reply it is, then the same on the buckets when it applied.
-func (e *Engine) expire(h *hotKey, args [][]byte) []byte {
+func (e *Engine) expire(h *hotKey, args [][]byte) ([]byte, error) {
 	key := []byte(h.name)
-	l, st, fail := e.load(h, false)
-	if st == stateFailed {
-		return fail
+	l, st, err := e.load(h, false)
+	if err != nil {
+		return nil, err
 	}
-	r := e.send(h, []Request{{Key: key, Args: args}})[0]
-	if st != stateHot || !bytes.Equal(r, []byte(":1\r\n")) {
-		return r
+	r, err := e.relay(h, Request{Key: key, Args: args})
+	if err != nil || st != stateHot || string(r) != ":1\r\n" {
+		return r, err
 	}
 	for _, br := range e.send(h, l.requests(nil, args[0], args[2:]...)) {
-		if resp.IsError(br) {
-			return br
+		if err := replyErr(br); err != nil {
+			return nil, err
 		}
 	}
-	return r
+	return r, nil
 }

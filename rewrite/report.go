@@ -1,12 +1,12 @@
 package rewrite
 
 import (
+	"errors"
 	"slices"
 	"strconv"
-	"time"
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/hashslot"
-	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
+	"github.com/tidwall/redcon"
 )
 
 // Report is the reply to PROXY HOTKEYS: for each hot key this proxy has
@@ -33,28 +33,28 @@ func (e *Engine) Report() []byte {
 	for _, k := range names {
 		h := e.key([]byte(k))
 		h.seen.Store(0) // read it afresh
-		l, st, fail := e.load(h, false)
-		if string(fail) == string(errPlain) {
+		l, st, err := e.load(h, false)
+		if errors.Is(err, errPlain) {
 			e.Forget([]byte(k)) // learned, and plain again
 			continue
 		}
 		n++
-		if st == stateFailed {
-			out = append(out, fail...)
+		if err != nil {
+			out = append(out, errorReply(err)...)
 			continue
 		}
 		var sum int64
 		var values []int64
 		if st == stateHot {
-			if sum, fail = e.readBuckets(h, l); fail != nil {
-				out = append(out, fail...)
+			if sum, err = e.readBuckets(h, l); err != nil {
+				out = append(out, errorReply(err)...)
 				continue
 			}
 			for i := range l.N() {
 				values = append(values, h.last[i].Load())
 			}
 		}
-		out = resp.AppendArrayHeader(out, 28)
+		out = redcon.AppendArray(out, 28)
 		out = field(out, "key", []byte(k))
 		n := 0
 		if l != nil && st == stateHot {
@@ -63,24 +63,24 @@ func (e *Engine) Report() []byte {
 		out = field(out, "buckets", strconv.AppendInt(nil, int64(n), 10))
 		out = field(out, "sum", strconv.AppendInt(nil, sum, 10))
 		sold := "no"
-		if at := h.soldAt.Load(); at != 0 && time.Since(time.Unix(0, at)) < e.settings.Load().soldoutTTL {
+		if at := h.soldAt.Load(); at != 0 && e.since(at) < e.settings.Load().soldoutTTL {
 			sold = "yes"
 		}
 		out = field(out, "sold_out", []byte(sold))
-		out = resp.AppendBulk(out, []byte("bucket_keys"))
-		out = resp.AppendArrayHeader(out, n)
+		out = redcon.AppendBulk(out, []byte("bucket_keys"))
+		out = redcon.AppendArray(out, n)
 		for i := 0; i < n; i++ {
-			out = resp.AppendBulk(out, l.Bucket(i))
+			out = redcon.AppendBulk(out, l.Bucket(i))
 		}
-		out = resp.AppendBulk(out, []byte("nodes"))
-		out = resp.AppendArrayHeader(out, n)
+		out = redcon.AppendBulk(out, []byte("nodes"))
+		out = redcon.AppendArray(out, n)
 		for i := 0; i < n; i++ {
-			out = resp.AppendBulk(out, []byte(e.up.Node(hashslot.Of(l.Bucket(i)))))
+			out = redcon.AppendBulk(out, []byte(e.up.Node(hashslot.Of(l.Bucket(i)))))
 		}
-		out = resp.AppendBulk(out, []byte("values"))
-		out = resp.AppendArrayHeader(out, len(values))
+		out = redcon.AppendBulk(out, []byte("values"))
+		out = redcon.AppendArray(out, len(values))
 		for _, v := range values {
-			out = resp.AppendBulk(out, strconv.AppendInt(nil, v, 10))
+			out = redcon.AppendBulk(out, strconv.AppendInt(nil, v, 10))
 		}
 		c := &h.count
 		for _, f := range []struct {
@@ -98,9 +98,9 @@ func (e *Engine) Report() []byte {
 			out = field(out, f.name, strconv.AppendUint(nil, f.n, 10))
 		}
 	}
-	return append(resp.AppendArrayHeader(nil, n), out...)
+	return append(redcon.AppendArray(nil, n), out...)
 }
 
 func field(out []byte, name string, v []byte) []byte {
-	return resp.AppendBulk(resp.AppendBulk(out, []byte(name)), v)
+	return redcon.AppendBulk(redcon.AppendBulk(out, []byte(name)), v)
 }

@@ -3,6 +3,10 @@ package rewrite
 import (
 	"crypto/sha1"
 	"encoding/hex"
+	"strconv"
+	"strings"
+
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
 // bucketScript is a Lua script the engine runs on one bucket, by EVALSHA
@@ -101,3 +105,46 @@ return {1, 0}`)
 redis.call('del', KEYS[1])
 return {v, 0}`)
 )
+
+// eval runs a bucket script on the node of route: EVALSHA, then EVAL when
+// the node has not got it. {a, b} is the script's reply; the error is the
+// node's, or a redisError holding a reply that is not a pair.
+func (e *Engine) eval(h *hotKey, s *bucketScript, route []byte, keys [][]byte, argv ...[]byte) (a, b int64, err error) {
+	args := append([][]byte{[]byte("EVALSHA"), s.sha, []byte(strconv.Itoa(len(keys)))}, keys...)
+	args = append(args, argv...)
+	r := e.send(h, []Request{{Key: route, Args: args}})[0]
+	if err := replyErr(r); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		args[0], args[1] = []byte("EVAL"), s.body
+		r = e.send(h, []Request{{Key: route, Args: args}})[0]
+	}
+	a, b, ok := pair(r)
+	if !ok {
+		return 0, 0, &redisError{reply: r}
+	}
+	return a, b, nil
+}
+
+// pair reads a script's {a, b} reply.
+func pair(r []byte) (a, b int64, ok bool) {
+	elems, ok := resp.ArrayElems(r, nil)
+	if !ok || len(elems) != 2 {
+		return 0, 0, false
+	}
+	a, ok1 := resp.IntValue(elems[0])
+	b, ok2 := resp.IntValue(elems[1])
+	return a, b, ok1 && ok2
+}
+
+// bucketOp runs a bucket script on bucket key with one argument, arg, and
+// reads its {a, b} reply; a missing bucket is errGone, with h forgotten.
+func (e *Engine) bucketOp(h *hotKey, s *bucketScript, key []byte, arg int64) (a, b int64, err error) {
+	a, b, err = e.eval(h, s, key, [][]byte{key}, strconv.AppendInt(nil, arg, 10))
+	switch {
+	case err != nil:
+		return 0, 0, err
+	case a == -2:
+		h.forget()
+		return 0, 0, errGone
+	}
+	return a, b, nil
+}

@@ -1,11 +1,11 @@
 package rewrite
 
 import (
-	"bytes"
-	"maps"
+	"errors"
 	"strconv"
 	"time"
 
+	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
@@ -45,23 +45,6 @@ func (e *Engine) News(msg []byte) {
 	}
 }
 
-// Forget stops treating a learned key as hot on this proxy; a key a rule
-// names stays hot. What the proxy remembered of it goes too.
-func (e *Engine) Forget(key []byte) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if h := e.keys[string(key)]; h != nil && !h.conf.Load().configured {
-		delete(e.keys, string(key))
-	}
-	old := e.learned.Load()
-	if old == nil || !(*old)[string(key)] {
-		return
-	}
-	m := maps.Clone(*old)
-	delete(m, string(key))
-	e.learned.Store(&m)
-}
-
 // Shard makes key a hot key now, live: a plain integer is converted into
 // n buckets (0: the default count), without losing or doubling a unit
 // while clients deduct; a missing key is made, holding 0, so that the SET
@@ -69,18 +52,25 @@ func (e *Engine) Forget(key []byte) {
 // left as it is, whatever n. The other proxies are told. Replies: +OK; an
 // error when the key does not hold an integer or Redis cannot be asked.
 func (e *Engine) Shard(key []byte, n int) []byte {
+	if err := e.shard(key, n); err != nil {
+		return errorReply(err)
+	}
+	return []byte("+OK\r\n")
+}
+
+func (e *Engine) shard(key []byte, n int) error {
 	h := e.key(key)
-	_, st, fail := e.loadAs(h, true, true, n)
-	switch st {
-	case stateFailed:
-		return fail
-	case stateOther:
-		return resp.AppendError(nil, "ERR hotkeyproxy: '"+h.name+"' does not hold an integer below 2^53 in absolute value; only counters can be held as buckets")
+	_, st, err := e.loadAs(h, true, true, n)
+	switch {
+	case err != nil:
+		return err
+	case st == stateOther:
+		return &keyError{key: h.name, reason: "does not hold an integer below 2^53 in absolute value; only counters can be held as buckets"}
 	}
 	if !h.conf.Load().configured {
 		e.Learn(key)
 	}
-	return []byte("+OK\r\n")
+	return nil
 }
 
 // Unshard turns a hot key back into one plain key holding the sum, live.
@@ -95,59 +85,65 @@ func (e *Engine) Shard(key []byte, n int) []byte {
 // is added to the key. A key that a rule of this proxy names is refused:
 // the proxy would convert it again at once.
 func (e *Engine) Unshard(key []byte) []byte {
+	if err := e.unshard(key); err != nil {
+		return errorReply(err)
+	}
+	return []byte("+OK\r\n")
+}
+
+func (e *Engine) unshard(key []byte) error {
 	h := e.key(key)
 	if h.conf.Load().configured {
-		return resp.AppendError(nil, "ERR hotkeyproxy: '"+h.name+"' is marked hot by hotkeys.keys in proxy.yaml; remove it there first")
+		return &keyError{key: h.name, reason: "is marked hot by hotkeys.keys in proxy.yaml; remove it there first"}
 	}
 	h.seen.Store(0) // what Redis holds now
-	l, st, fail := e.load(h, false)
+	l, st, err := e.load(h, false)
 	switch {
-	case st == stateFailed && string(fail) != string(errPlain):
-		return fail
-	case st != stateHot:
+	case errors.Is(err, errPlain), err == nil && st != stateHot:
 		e.Forget(key)
-		return resp.AppendError(nil, "ERR hotkeyproxy: '"+h.name+"' is not held as buckets")
+		return &keyError{key: h.name, reason: "is not held as buckets"}
+	case err != nil:
+		return err
 	}
 	lease := append(l.Bucket(0), ":unshard"...)
-	r := e.send(h, []Request{{Key: lease, Args: [][]byte{[]byte("SET"), lease, []byte("1"), []byte("NX"), []byte("PX"), []byte("30000")}}})[0]
+	r, err := e.relay(h, Request{Key: lease, Args: [][]byte{[]byte("SET"), lease, []byte("1"), []byte("NX"), []byte("PX"), []byte("30000")}})
 	switch {
-	case resp.IsError(r):
-		return r
+	case err != nil:
+		return err
 	case string(r) != "+OK\r\n":
-		return resp.AppendError(nil, "ERR hotkeyproxy: '"+h.name+"' is being merged back by another proxy")
+		return &keyError{key: h.name, reason: "is being merged back by another proxy"}
 	}
 	defer e.send(h, []Request{{Key: lease, Args: [][]byte{[]byte("DEL"), lease}}})
 	h.slow.Lock()
 	defer h.slow.Unlock()
-	if fail := e.consolidate(h, l, 1<<62); fail != nil {
-		return fail
+	if err := e.consolidate(h, l, 1<<62); err != nil {
+		return err
 	}
-	r = e.eval(h, scriptMerge, key, [][]byte{key, l.Bucket(0)}, l.Marker())
-	switch code, _, ok := pair(r); {
-	case !ok:
-		return r
+	code, _, err := e.eval(h, scriptMerge, key, [][]byte{key, l.Bucket(0)}, l.Marker())
+	switch {
+	case err != nil:
+		return err
 	case code == 0:
 		e.Forget(key)
-		return resp.AppendError(nil, "ERR hotkeyproxy: '"+h.name+"' changed meanwhile (deleted or made again); nothing done")
+		return &keyError{key: h.name, reason: "changed meanwhile (deleted or made again); nothing done"}
 	}
 	e.Forget(key)
 	e.publish(h, '-')
-	time.Sleep(recheck + 100*time.Millisecond)
+	e.clock.Sleep(recheck + 100*time.Millisecond)
 	for i := 1; i < l.N(); i++ {
 		b := l.Bucket(i)
-		r := e.eval(h, scriptDrain, b, [][]byte{b})
-		v, _, ok := pair(r)
-		if !ok {
-			return r
+		v, _, err := e.eval(h, scriptDrain, b, [][]byte{b})
+		if err != nil {
+			return err
 		}
 		if v != 0 {
 			// "Not an integer": a SET made the key hot again meanwhile,
 			// replacing the value these units were part of.
-			r := e.send(h, []Request{{Key: key, Args: [][]byte{[]byte("INCRBY"), key, strconv.AppendInt(nil, v, 10)}}})[0]
-			if resp.IsError(r) && !bytes.Contains(r, []byte("not an integer")) {
-				return r
+			_, err := e.relay(h, Request{Key: key, Args: [][]byte{[]byte("INCRBY"), key, strconv.AppendInt(nil, v, 10)}})
+			if err != nil && err.Error() != rediserr.NotInteger {
+				return err
 			}
 		}
 	}
-	return []byte("+OK\r\n")
+	return nil
 }

@@ -81,11 +81,11 @@ func (e *Engine) send(h *hotKey, reqs []Request) [][]byte {
 	return e.up.Do(reqs)
 }
 
-// counted records a deduct's outcome: reply is what the client gets,
-// soldout the script's sold-out reply.
-func (h *hotKey) counted(reply, soldout []byte, amount int64) []byte {
+// counted records a deduct's outcome and returns it: reply and err are
+// what the client gets, soldout the script's sold-out reply.
+func (h *hotKey) counted(reply []byte, err error, soldout []byte, amount int64) ([]byte, error) {
 	switch {
-	case len(reply) > 0 && reply[0] == '-':
+	case err != nil:
 		h.count.deductsFailed.Add(1)
 	case string(reply) == string(soldout):
 		h.count.deductsSoldOut.Add(1)
@@ -93,5 +93,5 @@ func (h *hotKey) counted(reply, soldout []byte, amount int64) []byte {
 		h.count.deductsOK.Add(1)
 		h.count.unitsSold.Add(uint64(amount))
 	}
-	return reply
+	return reply, err
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 
 	"github.com/tidwall/redcon"
 )
@@ -90,54 +89,6 @@ func readFull(r *bufio.Reader, dst []byte, n int) ([]byte, error) {
 		}
 	}
 	return dst, nil
-}
-
-// AppendError appends an error reply; msg starts with its code ("ERR …").
-// CR and LF in msg become spaces, as Redis's addReplyError makes them, so
-// an error can never break the reply stream.
-func AppendError(b []byte, msg string) []byte {
-	b = append(b, '-')
-	for i := 0; i < len(msg); i++ {
-		c := msg[i]
-		if c == '\r' || c == '\n' {
-			c = ' '
-		}
-		b = append(b, c)
-	}
-	return append(b, '\r', '\n')
-}
-
-// AppendStatus appends a status reply such as +OK.
-func AppendStatus(b []byte, s string) []byte {
-	b = append(b, '+')
-	b = append(b, s...)
-	return append(b, '\r', '\n')
-}
-
-// AppendInt appends an integer reply.
-func AppendInt(b []byte, n int64) []byte {
-	b = append(b, ':')
-	b = strconv.AppendInt(b, n, 10)
-	return append(b, '\r', '\n')
-}
-
-// AppendBulk appends a bulk string reply.
-func AppendBulk(b []byte, s []byte) []byte {
-	b = append(b, '$')
-	b = strconv.AppendInt(b, int64(len(s)), 10)
-	b = append(b, '\r', '\n')
-	b = append(b, s...)
-	return append(b, '\r', '\n')
-}
-
-// AppendNil appends the nil bulk reply ($-1).
-func AppendNil(b []byte) []byte { return append(b, "$-1\r\n"...) }
-
-// AppendArrayHeader appends the header of an array of n elements.
-func AppendArrayHeader(b []byte, n int) []byte {
-	b = append(b, '*')
-	b = strconv.AppendInt(b, int64(n), 10)
-	return append(b, '\r', '\n')
 }
 
 // AppendCommand appends args as a multibulk request.

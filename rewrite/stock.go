@@ -1,0 +1,214 @@
+package rewrite
+
+import (
+	"errors"
+	"time"
+
+	"github.com/hotkeyproxy/hotkeyproxy/config"
+)
+
+// moveGap is how long a proxy that found too little stock waits before it
+// looks again: longer than a move between two buckets takes.
+const moveGap = 5 * time.Millisecond
+
+// estimate is the sum of the last values seen of l's buckets.
+func (h *hotKey) estimate(l *Layout) int64 {
+	var sum int64
+	for i := range l.N() {
+		sum += h.last[i].Load()
+	}
+	return sum
+}
+
+// startBucket is where a deduct on n buckets begins: drawn at random, or
+// fixed per client (route: client).
+func (e *Engine) startBucket(h *hotKey, n int, client uint64) int {
+	if h.conf.Load().rule.Route == config.RouteClient {
+		return int(client % uint64(n))
+	}
+	return e.intN(n)
+}
+
+// soldOut reports whether a deduct of amount can be answered "sold out"
+// without Redis: one was, within soldout_ttl. When that has expired, one
+// caller goes to Redis to find out again while the others keep the
+// answer, so a storm of requests after the sell-out costs one round trip
+// per ttl, not one each.
+func (e *Engine) soldOut(h *hotKey, amount int64) bool {
+	at := h.soldAt.Load()
+	ttl := e.settings.Load().soldoutTTL
+	if at == 0 || ttl <= 0 || amount < h.soldAmount.Load() {
+		return false
+	}
+	// Once expired, the caller that moves soldAt on checks; the rest wait
+	// on its answer, which comes within one round trip.
+	return e.since(at) < ttl || !h.soldAt.CompareAndSwap(at, e.now())
+}
+
+// soldOutSeen reports whether a deduct of amount was concluded sold out
+// within soldout_ttl (or, without memory, within moveGap): a deduct that
+// waited for another's conclusion takes it.
+func (e *Engine) soldOutSeen(h *hotKey, amount int64) bool {
+	at := h.soldAt.Load()
+	return at != 0 && amount >= h.soldAmount.Load() && e.since(at) < max(e.settings.Load().soldoutTTL, moveGap)
+}
+
+// deduct takes amount from one bucket that holds it: first the buckets
+// last seen holding enough, in ring order from the start bucket, without
+// waiting on anyone. When none does, the slow path reads every bucket
+// afresh; when no bucket alone holds the amount but together they do, it
+// moves stock into bucket 0 until that one does. Stock is never held
+// aside, so concurrent deducts (on any proxy) cannot each hold a part and
+// all fail; and "sold out" is concluded only from Redis: two fresh reads,
+// a moment apart so that a move in flight on another proxy is seen, both
+// short of the amount. ok is false when sold out. The error is errGone
+// when a bucket is missing, or a bucket's node failure when the stock of
+// the others does not cover the amount.
+func (e *Engine) deduct(h *hotKey, l *Layout, amount int64, client uint64) (ok bool, err error) {
+	if e.soldOut(h, amount) {
+		return false, nil
+	}
+	n := l.N()
+	start := e.startBucket(h, n, client)
+	// A bucket whose node does not answer is passed over: the stock of
+	// the others is still for sale.
+	var unreachable error
+	ring := func() (bool, error) {
+		for i := 0; i < n; i++ {
+			b := (start + i) % n
+			if h.last[b].Load() < amount {
+				continue
+			}
+			ok, err := e.tryDeduct(h, l, b, amount)
+			switch {
+			case ok || errors.Is(err, errGone):
+				return ok, err
+			case err != nil:
+				unreachable = err
+			}
+		}
+		return false, nil
+	}
+	if ok, err := ring(); ok || err != nil {
+		return ok, err
+	}
+	h.slow.Lock()
+	defer h.slow.Unlock()
+	if e.soldOutSeen(h, amount) {
+		return false, nil // concluded by the deduct that held the lock before
+	}
+	short := 0
+	for attempt := 0; attempt < 4 && short < 2; attempt++ {
+		sum, err := e.readBuckets(h, l)
+		switch {
+		case errors.Is(err, errGone):
+			return false, err
+		case err != nil:
+			unreachable = err
+		}
+		if ok, err := ring(); ok || err != nil {
+			return ok, err
+		}
+		if sum < amount {
+			if unreachable != nil {
+				return false, unreachable // stock may sit where we cannot see
+			}
+			short++
+			e.clock.Sleep(moveGap)
+			continue
+		}
+		if err := e.consolidate(h, l, amount); err != nil {
+			return false, err
+		}
+		if ok, err := e.tryDeduct(h, l, 0, amount); ok || err != nil {
+			return ok, err
+		}
+	}
+	h.soldAmount.Store(amount)
+	h.soldAt.Store(e.now())
+	return false, nil
+}
+
+// tryDeduct runs the deduct script on bucket b: ok when b covered amount.
+func (e *Engine) tryDeduct(h *hotKey, l *Layout, b int, amount int64) (ok bool, err error) {
+	h.count.ringHops.Add(1)
+	got, v, err := e.bucketOp(h, scriptDeduct, l.Bucket(b), amount)
+	if err != nil {
+		return false, err
+	}
+	h.last[b].Store(v)
+	return got == 1, nil
+}
+
+// consolidate moves stock from the other buckets into bucket 0 until it
+// holds want (or everything is there): take from one, add to the other.
+func (e *Engine) consolidate(h *hotKey, l *Layout, want int64) error {
+	for b := 1; b < l.N() && h.last[0].Load() < want; b++ {
+		need := want - h.last[0].Load()
+		t, v, err := e.bucketOp(h, scriptTake, l.Bucket(b), need)
+		if err != nil {
+			return err
+		}
+		h.last[b].Store(v)
+		if t == 0 {
+			continue
+		}
+		_, v, err = e.bucketOp(h, scriptAdd, l.Bucket(0), t)
+		if err != nil {
+			// Bucket 0 is gone (the key was merged back, or deleted) or
+			// its node failed: the stock taken goes back where it was,
+			// which PROXY UNSHARD drains only after every proxy has
+			// stopped using the layout.
+			e.bucketOp(h, scriptAdd, l.Bucket(b), t)
+			return err
+		}
+		h.last[0].Store(v)
+	}
+	return nil
+}
+
+// decrBy takes amount (> 0) from the buckets that have stock; when they
+// cannot cover it all, everything left is moved into bucket 0 and the
+// amount taken from there, so bucket 0 goes negative and no other bucket
+// holds stock while the sum is below zero: the sum changes exactly as a
+// plain key's would (contract 4). covered is false when there was a
+// shortfall.
+func (e *Engine) decrBy(h *hotKey, l *Layout, amount int64, client uint64) (covered bool, err error) {
+	if ok, err := e.deduct(h, l, amount, client); ok || err != nil {
+		return ok, err
+	}
+	h.slow.Lock()
+	defer h.slow.Unlock()
+	// What the other buckets hold goes to bucket 0 first, so that none
+	// holds stock while the sum is below zero; skipped when the reads
+	// that just concluded "sold out" found them empty.
+	empty := true
+	for b := 1; b < l.N(); b++ {
+		empty = empty && h.last[b].Load() <= 0
+	}
+	if !empty {
+		if err := e.consolidate(h, l, 1<<62); err != nil {
+			return false, err
+		}
+	}
+	_, v, err := e.bucketOp(h, scriptAdd, l.Bucket(0), -amount)
+	if err != nil {
+		return false, err
+	}
+	h.last[0].Store(v)
+	return v >= 0, nil
+}
+
+// incrBy gives amount (>= 0) back, to bucket 0: a debt there (another
+// proxy's, too) is repaid first, in the same step, and stock added
+// elsewhere while the sum is below zero could be sold although a plain
+// key would have none. One call; INCRs do not spread over the buckets.
+func (e *Engine) incrBy(h *hotKey, l *Layout, amount int64) error {
+	_, v, err := e.bucketOp(h, scriptAdd, l.Bucket(0), amount)
+	if err != nil {
+		return err
+	}
+	h.last[0].Store(v)
+	h.soldAt.Store(0) // stock is back
+	return nil
+}
