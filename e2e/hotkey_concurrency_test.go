@@ -1,6 +1,6 @@
 package e2e
 
-// Flash sales on a hot key under concurrency (issue 4, Tests; DESIGN.md,
+// Flash sales on a hot key under concurrency (issue 4, Tests; rewrite/doc.go,
 // hot-key contract 4, 7, 9 and 10): many clients over two proxy instances
 // on one upstream sell a key out by the deduct script, by "DECR then INCR
 // back if negative" and by DECRBY 2; a plain key is converted while 100

@@ -1,6 +1,6 @@
 package e2e
 
-// Tests of the hot-key contract (DESIGN.md "Hot-key contract", issue 4)
+// Tests of the hot-key contract (rewrite/doc.go, "Hot-key contract"; issue 4)
 // through the proxy, against real redis-server processes:
 //
 //   - TestHotKeyModel: random single-client histories on a hot key through

@@ -1,0 +1,191 @@
+package rewrite
+
+import (
+	"bytes"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hotkeyproxy/hotkeyproxy/config"
+)
+
+// exchange is one request a test expects the engine to send, as render
+// writes it, and the reply Redis gives it (RESP; "<gen>" stands for the
+// layout generation the engine last sent).
+type exchange struct {
+	req, reply string
+}
+
+// fakeUpstream is a Redis whose every answer a test scripts: it expects
+// the requests of its exchanges, in order, answers each with its reply,
+// and ends the test at the first request not as expected.
+type fakeUpstream struct {
+	t    *testing.T
+	want []exchange
+	next int
+	gen  string // the last layout generation seen in a request
+}
+
+func (f *fakeUpstream) Do(reqs []Request) [][]byte {
+	f.t.Helper()
+	out := make([][]byte, len(reqs))
+	for i, r := range reqs {
+		got := f.render(r)
+		if !slices.ContainsFunc(r.Args, func(a []byte) bool { return bytes.Equal(a, r.Key) }) {
+			f.t.Fatalf("request %d %q is routed by %q, none of its arguments", f.next+1, got, r.Key)
+		}
+		if f.next == len(f.want) {
+			f.t.Fatalf("request %d: %q, want none", f.next+1, got)
+		}
+		x := f.want[f.next]
+		f.next++
+		if got != x.req {
+			f.t.Fatalf("request %d: %q, want %q", f.next, got, x.req)
+		}
+		out[i] = []byte(strings.ReplaceAll(x.reply, "<gen>", f.gen))
+	}
+	return out
+}
+
+// Placement is one master serving every slot, as a standalone server.
+func (f *fakeUpstream) Placement() (int, func(uint16) int) {
+	return 1, func(uint16) int { return 0 }
+}
+
+func (f *fakeUpstream) Node(uint16) string { return "fake:6379" }
+
+// done fails the test when some expected request was not sent.
+func (f *fakeUpstream) done() {
+	f.t.Helper()
+	if f.next != len(f.want) {
+		f.t.Errorf("%d requests sent, want %d; the next expected: %q", f.next, len(f.want), f.want[f.next].req)
+	}
+}
+
+var (
+	bucketName = regexp.MustCompile(`\{\d+\}([^#]+)#(\d+)\.([0-9a-f]+)`)
+	markerGen  = regexp.MustCompile(`hotkeyproxy-layout:1:([0-9a-f]+):`)
+	scriptName = map[string]string{}
+)
+
+func init() {
+	for name, s := range map[string]*bucketScript{
+		"deduct": scriptDeduct, "take": scriptTake, "add": scriptAdd, "convert": scriptConvert,
+		"complete": scriptComplete, "merge": scriptMerge, "drain": scriptDrain,
+	} {
+		scriptName[string(s.sha)] = name
+		scriptName[string(s.body)] = name
+	}
+}
+
+// render writes a request as a test states it: arguments joined by
+// spaces, a bucket script's SHA1 or body by its name, bucket i of key k as
+// "k#i", a layout as "layout:<tags>[:<fill>]", MarkerPrefix as "<prefix>".
+// The generation it drops is kept for replies.
+func (f *fakeUpstream) render(r Request) string {
+	parts := make([]string, len(r.Args))
+	for i, a := range r.Args {
+		s := string(a)
+		if name, ok := scriptName[s]; ok {
+			parts[i] = name
+			continue
+		}
+		if s == MarkerPrefix {
+			parts[i] = "<prefix>"
+			continue
+		}
+		if m := bucketName.FindStringSubmatch(s); m != nil {
+			f.gen = m[3]
+		}
+		if m := markerGen.FindStringSubmatch(s); m != nil {
+			f.gen = m[1]
+		}
+		s = bucketName.ReplaceAllString(s, "$1#$2")
+		parts[i] = markerGen.ReplaceAllString(s, "layout:")
+	}
+	return strings.Join(parts, " ")
+}
+
+// fakeClock is a clock that moves only when the engine sleeps or a test
+// says.
+type fakeClock struct{ now time.Time }
+
+func (c *fakeClock) Now() time.Time        { return c.now }
+func (c *fakeClock) Sleep(d time.Duration) { c.now = c.now.Add(d) }
+
+// RESP replies, as Redis writes them.
+func bulk(s string) string    { return "$" + strconv.Itoa(len(s)) + "\r\n" + s + "\r\n" }
+func num(n int64) string      { return ":" + strconv.FormatInt(n, 10) + "\r\n" }
+func pair2(a, b int64) string { return "*2\r\n" + num(a) + num(b) }
+func errR(msg string) string  { return "-" + msg + "\r\n" }
+
+const (
+	nilR = "$-1\r\n"
+	okR  = "+OK\r\n"
+	// downR is what the proxy's upstream answers for a node it cannot reach.
+	downR = "-ERR upstream unavailable: dial tcp 127.0.0.1:7001: connect: connection refused\r\n"
+)
+
+// The deduct scripts the test config declares: one unit, or ARGV[1].
+const (
+	deductOne = "return redis.call('decr', KEYS[1])"
+	deductN   = "return redis.call('decrby', KEYS[1], ARGV[1])"
+)
+
+// testEngine is an engine over a fakeUpstream expecting want, at a fake
+// clock, whose random start bucket is start. Key "k" is hot with 4
+// buckets (route as given), soldout_ttl 100ms; the deduct scripts answer
+// -1 when sold out.
+func testEngine(t *testing.T, route string, start int, want []exchange) (*Engine, *fakeUpstream, *fakeClock) {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Hotkeys.Keys = []config.KeyRule{{Match: "k", Buckets: 4, Route: route}}
+	cfg.Hotkeys.SoldoutTTL = config.Duration(100 * time.Millisecond)
+	cfg.Scripts = []config.Script{
+		{Name: "deduct-one", Body: deductOne, Amount: config.Amount{Const: 1}, Soldout: -1},
+		{Name: "deduct-n", Body: deductN, Amount: config.Amount{ArgvIndex: 1}, Soldout: -1},
+	}
+	f := &fakeUpstream{t: t, want: want}
+	e := New(f, cfg)
+	c := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	e.clock = c
+	e.intN = func(n int) int {
+		if n != 4 {
+			t.Fatalf("start bucket drawn among %d, want 4", n)
+		}
+		return start
+	}
+	t.Cleanup(f.done)
+	return e, f, c
+}
+
+// marker is the layout the tests' key holds: 4 buckets, generation "a".
+const marker = "hotkeyproxy-layout:1:a:0 1 2 3"
+
+// loaded are the requests by which the engine reads the key's layout and
+// its buckets' values.
+func loaded(values ...int64) []exchange {
+	x := []exchange{{"GET k", bulk(marker)}}
+	for i, v := range values {
+		x = append(x, exchange{"GET k#" + strconv.Itoa(i), bulk(strconv.FormatInt(v, 10))})
+	}
+	return x
+}
+
+// reads are the requests of a fresh read of every bucket, Redis holding
+// values.
+func reads(values ...int64) []exchange {
+	return loaded(values...)[1:]
+}
+
+// join is the exchanges of its arguments, in order.
+func join(xs ...[]exchange) []exchange { return slices.Concat(xs...) }
+
+// cmd is a command's arguments, split at spaces.
+func cmd(s string) [][]byte { return bytes.Fields([]byte(s)) }
+
+// sha is the EVALSHA name of a declared deduct script.
+func sha(body string) string { return config.Script{Body: body}.SHA1() }

@@ -1,0 +1,298 @@
+package rewrite
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hotkeyproxy/hotkeyproxy/config"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
+)
+
+// step is one command a client sends on hot key k, the requests the
+// engine is to send for it and what Redis answers them, and the reply the
+// client is to get.
+type step struct {
+	wait   time.Duration // the clock moves on by this first
+	cmd    string        // split at spaces
+	client uint64
+	want   []exchange
+	reply  string
+}
+
+// run sends each step's command through Do, the public boundary, and
+// checks its requests and reply exactly.
+func run(t *testing.T, e *Engine, f *fakeUpstream, c *fakeClock, steps []step) {
+	t.Helper()
+	for i, st := range steps {
+		c.now = c.now.Add(st.wait)
+		f.want = append(f.want, st.want...)
+		args := cmd(st.cmd)
+		keyAt := 1
+		if strings.HasPrefix(strings.ToLower(st.cmd), "eval") {
+			keyAt = 3
+		}
+		got := string(e.Do(args, keyAt, st.client))
+		if f.next != len(f.want) {
+			t.Fatalf("step %d (%s): %d of %d requests sent", i+1, st.cmd, f.next, len(f.want))
+		}
+		if got != st.reply {
+			t.Fatalf("step %d (%s): reply %q, want %q", i+1, st.cmd, got, st.reply)
+		}
+	}
+}
+
+// big is what the debt's gather asks of bucket b: everything (2^62) less
+// what bucket 0 holds.
+func big(less int64) string { return itoa(1<<62 - less) }
+
+func itoa(n int64) string { return num(n)[1 : len(num(n))-2] }
+
+var (
+	one  = "EVALSHA " + sha(deductOne) + " 1 k"
+	five = "EVALSHA " + sha(deductN) + " 1 k 5"
+)
+
+func TestDeduct(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		route string
+		start int // the random start bucket; -1: not to be drawn
+		steps []step
+	}{
+		{"the start bucket covers", config.RouteRandom, 2, []step{{
+			cmd: one, want: join(loaded(5, 5, 5, 5), []exchange{{"EVALSHA deduct 1 k#2 1", pair2(1, 4)}}), reply: num(19),
+		}}},
+		{"ring order from the start, past buckets seen short", config.RouteRandom, 2, []step{{
+			cmd: one, want: join(loaded(0, 3, 0, 0), []exchange{{"EVALSHA deduct 1 k#1 1", pair2(1, 2)}}), reply: num(2),
+		}}},
+		{"a bucket found short in Redis: the ring goes on", config.RouteRandom, 3, []step{{
+			cmd: one, want: join(loaded(5, 5, 5, 5), []exchange{
+				{"EVALSHA deduct 1 k#3 1", pair2(0, 0)},
+				{"EVALSHA deduct 1 k#0 1", pair2(1, 4)},
+			}), reply: num(14),
+		}}},
+		{"route client: the client's bucket", config.RouteClient, -1, []step{
+			{cmd: one, client: 6, want: join(loaded(5, 5, 5, 5), []exchange{{"EVALSHA deduct 1 k#2 1", pair2(1, 4)}}), reply: num(19)},
+			{cmd: one, client: 7, want: []exchange{{"EVALSHA deduct 1 k#3 1", pair2(1, 4)}}, reply: num(18)},
+		}},
+		{"a node without the script gets its body", config.RouteRandom, 0, []step{{
+			cmd: one, want: join(loaded(5, 5, 5, 5), []exchange{
+				{"EVALSHA deduct 1 k#0 1", errR("NOSCRIPT No matching script. Please use EVAL.")},
+				{"EVAL deduct 1 k#0 1", pair2(1, 4)},
+			}), reply: num(19),
+		}}},
+		{"no bucket covers, together they do: gathered into bucket 0", config.RouteRandom, 1, []step{{
+			cmd: five, want: join(loaded(2, 2, 2, 2), reads(2, 2, 2, 2), []exchange{
+				{"EVALSHA take 1 k#1 3", pair2(2, 0)},
+				{"EVALSHA add 1 k#0 2", pair2(1, 4)},
+				{"EVALSHA take 1 k#2 1", pair2(1, 1)},
+				{"EVALSHA add 1 k#0 1", pair2(1, 5)},
+				{"EVALSHA deduct 1 k#0 5", pair2(1, 0)},
+			}), reply: num(3),
+		}}},
+		{"together they cannot: sold out after two reads", config.RouteRandom, 0, []step{{
+			cmd: five, want: join(loaded(2, 1, 1, 0), reads(2, 1, 1, 0), reads(2, 1, 1, 0)), reply: num(-1),
+		}}},
+		{"a move by another proxy seen on the second read", config.RouteRandom, 0, []step{{
+			cmd: five, want: join(loaded(2, 1, 1, 0), reads(2, 1, 1, 0), reads(5, 0, 0, 0),
+				[]exchange{{"EVALSHA deduct 1 k#0 5", pair2(1, 0)}}), reply: num(0),
+		}}},
+		{"gathered stock taken meanwhile: read again, sold out", config.RouteRandom, 1, []step{{
+			cmd: five, want: join(loaded(2, 2, 2, 2), reads(2, 2, 2, 2), []exchange{
+				{"EVALSHA take 1 k#1 3", pair2(2, 0)},
+				{"EVALSHA add 1 k#0 2", pair2(1, 4)},
+				{"EVALSHA take 1 k#2 1", pair2(1, 1)},
+				{"EVALSHA add 1 k#0 1", pair2(1, 5)},
+				{"EVALSHA deduct 1 k#0 5", pair2(0, 3)},
+			}, reads(3, 0, 1, 0), reads(3, 0, 1, 0)), reply: num(-1),
+		}}},
+		{"bucket 0's node fails the gather: the take is given back", config.RouteRandom, 0, []step{{
+			cmd: five, want: join(loaded(2, 2, 2, 2), reads(2, 2, 2, 2), []exchange{
+				{"EVALSHA take 1 k#1 3", pair2(2, 0)},
+				{"EVALSHA add 1 k#0 2", downR},
+				{"EVALSHA add 1 k#1 2", pair2(1, 2)},
+			}), reply: downR,
+		}}},
+		{"bucket 0 gone in the gather: given back, the key read again", config.RouteRandom, 0, []step{{
+			cmd: five, want: join(loaded(2, 2, 2, 2), reads(2, 2, 2, 2), []exchange{
+				{"EVALSHA take 1 k#1 3", pair2(2, 0)},
+				{"EVALSHA add 1 k#0 2", pair2(-2, 0)},
+				{"EVALSHA add 1 k#1 2", pair2(1, 2)},
+				{"GET k", nilR},
+			}), reply: num(-1),
+		}}},
+		{"a take fails: the node's error", config.RouteRandom, 0, []step{{
+			cmd: five, want: join(loaded(2, 2, 2, 2), reads(2, 2, 2, 2), []exchange{
+				{"EVALSHA take 1 k#1 3", errR("ERR something")},
+			}), reply: errR("ERR something"),
+		}}},
+		{"a bucket's node down: passed over", config.RouteRandom, 0, []step{{
+			cmd: one, want: join(loaded(5, 5, 5, 5), []exchange{
+				{"EVALSHA deduct 1 k#0 1", downR},
+				{"EVALSHA deduct 1 k#1 1", pair2(1, 4)},
+			}), reply: num(19),
+		}}},
+		{"the stock's only node down: its error, never sold out", config.RouteRandom, 0, []step{{
+			cmd: one, want: join(loaded(0, 5, 0, 0), []exchange{
+				{"EVALSHA deduct 1 k#1 1", downR},
+				{"GET k#0", bulk("0")}, {"GET k#1", downR}, {"GET k#2", bulk("0")}, {"GET k#3", bulk("0")},
+			}), reply: downR,
+		}}},
+		{"the key's node down", config.RouteRandom, 0, []step{{
+			cmd: one, want: []exchange{{"GET k", downR}}, reply: downR,
+		}}},
+		{"a node down as the layout is read: its bucket counts as empty", config.RouteRandom, 2, []step{{
+			cmd: one, want: []exchange{
+				{"GET k", bulk(marker)},
+				{"GET k#0", bulk("5")}, {"GET k#1", bulk("5")}, {"GET k#2", downR}, {"GET k#3", bulk("5")},
+				{"EVALSHA deduct 1 k#3 1", pair2(1, 4)},
+			}, reply: num(14),
+		}}},
+		{"a bucket missing in the ring: the new layout is read", config.RouteRandom, 0, []step{{
+			cmd: one, want: join(loaded(5, 5, 5, 5), []exchange{
+				{"EVALSHA deduct 1 k#0 1", pair2(-2, 0)},
+				{"GET k", bulk("hotkeyproxy-layout:1:b:0 1 2 3")},
+			}, reads(10, 0, 0, 0), []exchange{{"EVALSHA deduct 1 k#0 1", pair2(1, 9)}}), reply: num(9),
+		}}},
+		{"a bucket missing on the slow path's read", config.RouteRandom, 0, []step{{
+			cmd: one, want: join(loaded(0, 0, 0, 0), []exchange{
+				{"GET k#0", bulk("0")}, {"GET k#1", nilR}, {"GET k#2", bulk("0")}, {"GET k#3", bulk("0")},
+				{"GET k", nilR},
+			}), reply: num(-1),
+		}}},
+		{"gone three times over: the key-gone error", config.RouteRandom, 0, []step{{
+			cmd: one, want: join(
+				loaded(5, 5, 5, 5), []exchange{{"EVALSHA deduct 1 k#0 1", pair2(-2, 0)}},
+				loaded(5, 5, 5, 5), []exchange{{"EVALSHA deduct 1 k#0 1", pair2(-2, 0)}},
+				loaded(5, 5, 5, 5), []exchange{{"EVALSHA deduct 1 k#0 1", pair2(-2, 0)}},
+			), reply: "-ERR hotkeyproxy: the key is gone\r\n",
+		}}},
+		{"a take answered with no pair: that reply, as it is", config.RouteRandom, 0, []step{{
+			cmd: five, want: join(loaded(2, 2, 2, 2), reads(2, 2, 2, 2), []exchange{
+				{"EVALSHA take 1 k#1 3", num(7)},
+			}), reply: num(7),
+		}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, f, c := testEngine(t, tc.route, tc.start, nil)
+			if tc.start < 0 {
+				e.intN = func(int) int { t.Fatal("start bucket drawn for route: client"); return 0 }
+			}
+			run(t, e, f, c, tc.steps)
+		})
+	}
+}
+
+// TestSoldOutMemory drives the sold-out memory with the clock: answered
+// locally within soldout_ttl, for the amount sold out or more, and
+// forgotten on a give-back or when the buckets are read again.
+func TestSoldOutMemory(t *testing.T) {
+	soldOut := step{cmd: one, want: join(loaded(0, 0, 0, 0), reads(0, 0, 0, 0), reads(0, 0, 0, 0)), reply: num(-1)}
+	for _, tc := range []struct {
+		name  string
+		steps []step
+		local uint64 // sold-out answers given without Redis
+	}{
+		{"remembered within soldout_ttl", []step{soldOut,
+			{wait: 99 * time.Millisecond, cmd: one, reply: num(-1)},
+			{cmd: five, reply: num(-1)},
+		}, 2},
+		{"a smaller amount than the one sold out asks Redis", []step{
+			{cmd: five, want: join(loaded(2, 1, 1, 0), reads(2, 1, 1, 0), reads(2, 1, 1, 0)), reply: num(-1)},
+			{cmd: one, want: []exchange{{"EVALSHA deduct 1 k#0 1", pair2(1, 1)}}, reply: num(3)},
+		}, 0},
+		// Past soldout_ttl the memory no longer answers (sold_out_local
+		// stays), but the conclusion its expiry refreshed stands until
+		// the layout's recheck: no request either.
+		{"past soldout_ttl, before the recheck", []step{soldOut,
+			{wait: 100 * time.Millisecond, cmd: one, reply: num(-1)},
+		}, 0},
+		{"past the recheck: read again, stock given back elsewhere sold", []step{soldOut,
+			{wait: recheck, cmd: one, want: join(loaded(0, 0, 3, 0), []exchange{{"EVALSHA deduct 1 k#2 1", pair2(1, 2)}}), reply: num(2)},
+		}, 0},
+		{"a give-back here forgets it", []step{soldOut,
+			{cmd: "INCRBY k 3", want: []exchange{{"EVALSHA add 1 k#0 3", pair2(1, 3)}}, reply: num(3)},
+			{cmd: one, want: []exchange{{"EVALSHA deduct 1 k#0 1", pair2(1, 2)}}, reply: num(2)},
+		}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, f, c := testEngine(t, config.RouteRandom, 0, nil)
+			start := c.now
+			run(t, e, f, c, tc.steps)
+			if s := e.Stats()[0]; s.SoldOutLocal != tc.local {
+				t.Errorf("sold_out_local %d, want %d", s.SoldOutLocal, tc.local)
+			}
+			var waited time.Duration
+			for _, st := range tc.steps {
+				waited += st.wait
+			}
+			// The slow path sleeps a moveGap after each read short of
+			// the amount, the second one included.
+			if slept := c.now.Sub(start) - waited; slept != 2*moveGap {
+				t.Errorf("slept %v, want two moveGaps (%v) for the sold-out reads", slept, 2*moveGap)
+			}
+		})
+	}
+}
+
+// TestDebt drives DECR/DECRBY past the stock (bucket 0 goes negative, the
+// others are emptied into it) and INCR/INCRBY, which repay bucket 0 first.
+func TestDebt(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{
+		{"covered by one bucket", []step{
+			{cmd: "DECRBY k 3", want: join(loaded(5, 5, 5, 5), []exchange{{"EVALSHA deduct 1 k#0 3", pair2(1, 2)}}), reply: num(17)},
+		}},
+		{"past the stock: the rest gathered, bucket 0 negative", []step{
+			{cmd: "DECRBY k 5", want: join(loaded(1, 1, 1, 0), reads(1, 1, 1, 0), reads(1, 1, 1, 0), []exchange{
+				{"EVALSHA take 1 k#1 " + big(1), pair2(1, 0)},
+				{"EVALSHA add 1 k#0 1", pair2(1, 2)},
+				{"EVALSHA take 1 k#2 " + big(2), pair2(1, 0)},
+				{"EVALSHA add 1 k#0 1", pair2(1, 3)},
+				{"EVALSHA take 1 k#3 " + big(3), pair2(0, 0)},
+				{"EVALSHA add 1 k#0 -5", pair2(1, -2)},
+			}), reply: num(-2)},
+			// Sold out for 5 is remembered: straight to the debt.
+			{cmd: "DECRBY k 5", want: []exchange{{"EVALSHA add 1 k#0 -5", pair2(1, -7)}}, reply: num(-7)},
+			{cmd: "INCRBY k 8", want: []exchange{{"EVALSHA add 1 k#0 8", pair2(1, 1)}}, reply: num(1)},
+		}},
+		{"DECR; if < 0, INCR back", []step{
+			{cmd: "DECR k", want: join(loaded(0, 0, 0, 0), reads(0, 0, 0, 0), reads(0, 0, 0, 0), []exchange{
+				{"EVALSHA add 1 k#0 -1", pair2(1, -1)},
+			}), reply: num(-1)},
+			{cmd: "INCR k", want: []exchange{{"EVALSHA add 1 k#0 1", pair2(1, 0)}}, reply: num(0)},
+		}},
+		{"a node fails the debt's gather", []step{
+			{cmd: "DECRBY k 5", want: join(loaded(1, 1, 1, 0), reads(1, 1, 1, 0), reads(1, 1, 1, 0), []exchange{
+				{"EVALSHA take 1 k#1 " + big(1), downR},
+			}), reply: downR},
+		}},
+		{"bucket 0's node fails the debt", []step{
+			{cmd: "DECR k", want: join(loaded(0, 0, 0, 0), reads(0, 0, 0, 0), reads(0, 0, 0, 0), []exchange{
+				{"EVALSHA add 1 k#0 -1", downR},
+			}), reply: downR},
+		}},
+		{"bucket 0's node fails a give-back", []step{
+			{cmd: "INCR k", want: join(loaded(0, 0, 0, 0), []exchange{{"EVALSHA add 1 k#0 1", downR}}), reply: downR},
+		}},
+		{"bucket 0 gone on a give-back: the new layout takes it", []step{
+			{cmd: "INCRBY k 2", want: join(loaded(0, 0, 0, 0), []exchange{
+				{"EVALSHA add 1 k#0 2", pair2(-2, 0)},
+				{"GET k", bulk("hotkeyproxy-layout:1:b:0 1 2 3")},
+			}, reads(1, 1, 1, 1), []exchange{{"EVALSHA add 1 k#0 2", pair2(1, 3)}}), reply: num(6)},
+		}},
+		{"refused before Redis", []step{
+			{cmd: "INCRBY k x", reply: errR(rediserr.NotInteger)},
+			{cmd: "DECRBY k -9223372036854775808", reply: errR("ERR decrement would overflow")},
+			{cmd: "INCR k 1", reply: errR("ERR wrong number of arguments for 'incr' command")},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, f, c := testEngine(t, config.RouteRandom, 0, nil)
+			run(t, e, f, c, tc.steps)
+		})
+	}
+}
