@@ -1,14 +1,16 @@
 # shellcheck shell=bash
 # Helpers shared by the bench scripts: free ports, starting redis-server (one,
-# or a Redis Cluster of several), hotkeyproxy and nutcracker on 127.0.0.1,
-# and stopping every process the script started (and only those) when it
-# exits. Source it, then call bench_init; it sets no shell options of its own.
+# or a Redis Cluster of several), hotkeyproxy, nutcracker and predixy on
+# 127.0.0.1, CPU accounting, CPU quotas by cgroup, and stopping every process
+# the script started (and only those) when it exits. Source it, then call
+# bench_init; it sets no shell options of its own.
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 BENCH_ROOT=$(cd "$BENCH_DIR/.." && pwd)
 BENCH_TMP=""
 BENCH_PIDS=()  # processes started here; stopped in reverse order on exit
 BENCH_NAMES=() # a name and log file for each, for error reports
+BENCH_CLEANUP_HOOKS=() # commands run on exit after those processes stopped
 
 bench_log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 bench_die() { bench_log "error: $*"; exit 1; }
@@ -70,6 +72,9 @@ bench_cleanup() {
 			bench_log "${BENCH_NAMES[i]%% *} (pid ${BENCH_PIDS[i]}) had already exited"
 		fi
 		bench_kill "${BENCH_PIDS[i]}"
+	done
+	for ((i = ${#BENCH_CLEANUP_HOOKS[@]} - 1; i >= 0; i--)); do
+		"${BENCH_CLEANUP_HOOKS[i]}" || true
 	done
 	if [[ $rc -ne 0 && -n $BENCH_TMP ]]; then
 		for ((i = 0; i < ${#BENCH_NAMES[@]}; i++)); do
@@ -162,6 +167,142 @@ bench_wait_quiet() {
 		((quiet < 3)) || return 0
 	done
 	return 1
+}
+
+# bench_cpu_use TICKS0 TICKS1 NS0 NS1 REQUESTS: from CPU ticks of some
+# processes (bench_cpu_ticks) before and after a run and the run's wall
+# clock (date +%s%N), prints "PCT US": the share of one core they used, in
+# %, and their CPU time per request, in µs ("-" with no requests).
+bench_cpu_use() {
+	awk -v t0="$1" -v t1="$2" -v n0="$3" -v n1="$4" -v n="$5" -v hz="$(getconf CLK_TCK)" 'BEGIN {
+		s = (t1 - t0) / hz; w = (n1 - n0) / 1e9
+		printf "%.1f %s\n", (w > 0 ? 100 * s / w : 0), (n > 0 ? sprintf("%.1f", s * 1e6 / n) : "-")
+	}'
+}
+
+# bench_other_pct BUSY0 BUSY1 NS0 NS1 MINE: the share (%) of all the
+# machine's CPUs that processes outside the benchmark used during a run:
+# busy ticks (bench_busy_ticks) before and after, the wall clock (date
+# +%s%N), and MINE, the ticks the benchmark's own processes used.
+bench_other_pct() {
+	awk -v b0="$1" -v b1="$2" -v n0="$3" -v n1="$4" -v mine="$5" -v hz="$(getconf CLK_TCK)" -v cpus="$(nproc)" 'BEGIN {
+		o = 100 * ((b1 - b0) - mine) / ((n1 - n0) / 1e9 * hz * cpus)
+		printf "%.0f\n", (o < 0 ? 0 : o)
+	}'
+}
+
+# CPU quotas by cgroup, to hold a process to a share of one core (so that
+# a 2-core machine can stand in for one machine per Redis master).
+# bench_cgroup_init finds a writable cpu controller — cgroup v1's cpu
+# hierarchy (cpu.cfs_period_us, cpu.cfs_quota_us) or cgroup v2 with the cpu
+# controller (cpu.max) — and makes a cgroup of its own for this run inside
+# the one the script runs in; bench_cgroup_limit puts a process in a child
+# of it with a quota; on exit, after the processes stopped, any process
+# still in them is moved back and they are removed. Sets BENCH_CG_KIND (v1
+# or v2) and BENCH_CG (the run's cgroup directory); dies with a clear
+# message when neither version is writable here.
+BENCH_CG="" BENCH_CG_KIND="" BENCH_CG_HOME="" BENCH_CG_CHILDREN=()
+BENCH_CG_PERIOD=${BENCH_CG_PERIOD:-100000} # µs
+
+# bench_cg_write FILE VALUE: writes VALUE to a cgroup file; fails quietly.
+bench_cg_write() { { printf '%s\n' "$2" >"$1"; } 2>/dev/null; }
+
+bench_cgroup_init() {
+	local mnt fs opts ctl path v1="" v2="" why=""
+	while read -r _ mnt fs opts _; do
+		if [[ $fs == cgroup && ,$opts, == *,cpu,* && -z $v1 ]]; then v1=$mnt; fi
+		if [[ $fs == cgroup2 && -z $v2 ]] && grep -qw cpu "$mnt/cgroup.controllers" 2>/dev/null; then v2=$mnt; fi
+	done </proc/mounts
+	local name
+	name=$(basename "${BENCH_TMP:-hkp-bench.$$}")
+	if [[ -n $v1 ]]; then
+		# This process's cgroup in the cpu hierarchy: "N:cpu,cpuacct:/path".
+		while IFS=: read -r _ ctl path; do
+			if [[ ,$ctl, == *,cpu,* ]]; then break; fi
+			path=""
+		done </proc/self/cgroup
+		BENCH_CG_HOME=${v1%/}${path%/}
+		BENCH_CG=$BENCH_CG_HOME/$name
+		if mkdir "$BENCH_CG" 2>/dev/null && [[ -w $BENCH_CG/cpu.cfs_quota_us ]]; then
+			BENCH_CG_KIND=v1
+		else
+			why="cgroup v1: cannot make $BENCH_CG with a writable cpu.cfs_quota_us"
+			rmdir "$BENCH_CG" 2>/dev/null || true
+		fi
+	fi
+	if [[ -z $BENCH_CG_KIND && -n $v2 ]]; then
+		path=$(awk -F: '$1 == "0" {print $3; exit}' /proc/self/cgroup)
+		BENCH_CG_HOME=${v2%/}${path%/}
+		BENCH_CG=$BENCH_CG_HOME/$name
+		# Children get cpu.max only when their parent lends them the cpu
+		# controller (cgroup.subtree_control), all the way down.
+		if { grep -qw cpu "$BENCH_CG_HOME/cgroup.subtree_control" 2>/dev/null ||
+			bench_cg_write "$BENCH_CG_HOME/cgroup.subtree_control" +cpu; } &&
+			mkdir "$BENCH_CG" 2>/dev/null && bench_cg_write "$BENCH_CG/cgroup.subtree_control" +cpu; then
+			BENCH_CG_KIND=v2
+		else
+			why="${why:+$why; }cgroup v2: cannot make $BENCH_CG with the cpu controller for its children (cgroup.subtree_control of $BENCH_CG_HOME)"
+			rmdir "$BENCH_CG" 2>/dev/null || true
+		fi
+	fi
+	if [[ -z $BENCH_CG_KIND ]]; then
+		BENCH_CG=""
+		[[ -n $v1 || -n $v2 ]] || why="no cgroup mount with the cpu controller in /proc/mounts"
+		bench_die "no writable cgroup cpu controller, so no CPU quotas here ($why); run as root on a machine that has cgroup v1's cpu controller (/sys/fs/cgroup/cpu) or cgroup v2 with cpu enabled"
+	fi
+	BENCH_CLEANUP_HOOKS+=(bench_cgroup_cleanup)
+	bench_log "CPU quotas by cgroup $BENCH_CG_KIND in $BENCH_CG"
+}
+
+# bench_cgroup_limit NAME PCT PID: holds PID (all its threads) to PCT % of
+# one core, in the child cgroup NAME of the run's cgroup: a quota of
+# PCT/100 of BENCH_CG_PERIOD µs every period.
+bench_cgroup_limit() {
+	local cg=$BENCH_CG/$1 pid=$3 quota tid
+	quota=$(awk -v p="$2" -v per="$BENCH_CG_PERIOD" 'BEGIN {printf "%d", p * per / 100 + 0.5}')
+	((quota >= 1000)) || bench_die "a quota of $2% of $BENCH_CG_PERIOD µs is ${quota} µs; the kernel wants at least 1000"
+	[[ -d $cg ]] || mkdir "$cg" || bench_die "cannot make cgroup $cg"
+	BENCH_CG_CHILDREN+=("$cg")
+	if [[ $BENCH_CG_KIND == v1 ]]; then
+		if ! bench_cg_write "$cg/cpu.cfs_period_us" "$BENCH_CG_PERIOD" || ! bench_cg_write "$cg/cpu.cfs_quota_us" "$quota"; then
+			bench_die "cannot set cpu.cfs_period_us $BENCH_CG_PERIOD / cpu.cfs_quota_us $quota in $cg"
+		fi
+	else
+		bench_cg_write "$cg/cpu.max" "$quota $BENCH_CG_PERIOD" || bench_die "cannot set cpu.max '$quota $BENCH_CG_PERIOD' in $cg"
+	fi
+	# cgroup.procs moves every thread of the process (v1's tasks file would
+	# move only the one written, the others staying unlimited).
+	if ! bench_cg_write "$cg/cgroup.procs" "$pid"; then
+		[[ $BENCH_CG_KIND == v1 ]] || bench_die "cannot move pid $pid into $cg"
+		for tid in /proc/"$pid"/task/*; do
+			bench_cg_write "$cg/tasks" "${tid##*/}" || bench_die "cannot move thread ${tid##*/} of pid $pid into $cg"
+		done
+	fi
+	grep -qx "$pid" "$cg/cgroup.procs" || bench_die "pid $pid is not in $cg after moving it there"
+}
+
+# bench_cgroup_stat NAME FIELD: FIELD of the child cgroup NAME's cpu.stat
+# (nr_periods and nr_throttled exist in both versions).
+bench_cgroup_stat() { awk -v f="$2" '$1 == f {print $2; exit}' "$BENCH_CG/$1/cpu.stat"; }
+
+# bench_cgroup_cleanup: moves what is left in the run's cgroups back to the
+# script's own and removes them.
+bench_cgroup_cleanup() {
+	local cg pid i
+	[[ -n $BENCH_CG && -d $BENCH_CG ]] || return 0
+	for cg in "${BENCH_CG_CHILDREN[@]}" "$BENCH_CG"; do
+		[[ -d $cg ]] || continue
+		while read -r pid; do
+			[[ -n $pid ]] && bench_cg_write "$BENCH_CG_HOME/cgroup.procs" "$pid"
+		done <"$cg/cgroup.procs"
+		# A process that just exited may keep its cgroup busy a moment.
+		for ((i = 0; i < 50; i++)); do
+			rmdir "$cg" 2>/dev/null && break
+			sleep 0.1
+		done
+		[[ ! -d $cg ]] || bench_log "could not remove cgroup $cg"
+	done
+	BENCH_CG=""
 }
 
 # bench_build_proxy: builds hotkeyproxy into $BENCH_TMP (or takes
@@ -312,6 +453,44 @@ bench_start_twemproxy() {
 	TWEM_PID=$!
 	bench_track nutcracker "$log" "$TWEM_PID"
 	bench_wait_ping "$TWEM_PORT" "$TWEM_PID" nutcracker
+}
+
+# bench_start_predixy UPSTREAM_PORT: starts predixy ($PREDIXY, a built
+# binary) with one worker thread and a standalone server pool of one Redis
+# server; sets PREDIXY_PORT, PREDIXY_PID and PREDIXY_CONF.
+bench_start_predixy() {
+	local up=$1 log=$BENCH_TMP/predixy.log
+	[[ -x ${PREDIXY:-} ]] || bench_die "PREDIXY=${PREDIXY:-} is not an executable"
+	PREDIXY_PORT=$(bench_free_port)
+	PREDIXY_CONF=$BENCH_TMP/predixy.conf
+	# One worker thread, as the other proxies have one event loop; no
+	# client or server timeout, no log but warnings and errors; the fixed
+	# group's first (only) address is its master.
+	cat >"$PREDIXY_CONF" <<-CONF
+		Name bench
+		Bind 127.0.0.1:$PREDIXY_PORT
+		WorkerThreads 1
+		ClientTimeout 0
+		LogVerbSample 0
+		LogDebugSample 0
+		LogInfoSample 0
+		LogNoticeSample 0
+		LogWarnSample 1
+		LogErrorSample 1
+		StandaloneServerPool {
+		    Hash crc16
+		    Distribution modula
+		    RefreshMethod fixed
+		    ServerTimeout 0
+		    Group bench {
+		        + 127.0.0.1:$up
+		    }
+		}
+	CONF
+	"$PREDIXY" "$PREDIXY_CONF" >"$log" 2>&1 &
+	PREDIXY_PID=$!
+	bench_track predixy "$log" "$PREDIXY_PID"
+	bench_wait_ping "$PREDIXY_PORT" "$PREDIXY_PID" predixy
 }
 
 # bench_rounds: the measurement, in interleaved rounds: each round runs

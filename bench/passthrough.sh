@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Pass-through overhead: redis-benchmark SET/GET against Redis directly,
-# through hotkeyproxy and through twemproxy (nutcracker), all on one Redis
-# in one run, at pipeline depths 1 and 16.
+# through hotkeyproxy and through twemproxy (nutcracker), and through
+# predixy when a build of it is given, all on one Redis in one run, at
+# pipeline depths 1 and 16.
 #
 #   bench/passthrough.sh                 full run (a few minutes)
 #   BENCH_QUICK=1 bench/passthrough.sh   smoke run (well under a minute)
@@ -9,11 +10,14 @@
 # Environment:
 #   BENCH_N1, BENCH_N16   requests per test at depth 1 / 16
 #                         (default 200000 / 1000000; quick 20000 / 100000)
-#   BENCH_ROUNDS          rounds of (direct, hotkeyproxy, twemproxy) per depth;
+#   BENCH_ROUNDS          rounds of (direct and each proxy) per depth;
 #                         medians are reported (default 3; quick 1)
 #   BENCH_CLIENTS         redis-benchmark -c (default 50)
 #   BENCH_TIMEOUT         seconds one redis-benchmark run may take (default 300)
 #   BENCH_TWEM_CONNS      nutcracker server_connections (default 1)
+#   PREDIXY               a predixy binary: adds predixy (one worker thread,
+#                         a standalone server pool of the same Redis) to
+#                         every round; not installed by anything here
 #   HOTKEYPROXY_BIN       use this binary instead of building one
 #   BENCH_KEEP=1          keep the temp dir (logs, raw CSV)
 #
@@ -35,6 +39,7 @@ RUN_TIMEOUT=${BENCH_TIMEOUT:-300}
 KEYSPACE=100000
 DEPTHS=(1 16)
 TARGETS=(direct hotkeyproxy twemproxy)
+if [[ -n ${PREDIXY:-} ]]; then TARGETS+=(predixy); fi
 
 for tool in go redis-server redis-benchmark redis-cli nutcracker ss timeout; do
 	command -v "$tool" >/dev/null || bench_die "$tool not found"
@@ -42,16 +47,23 @@ done
 
 bench_init
 bench_build_proxy
+# shellcheck disable=SC2119 # no extra redis-server arguments
 bench_start_redis
 bench_start_proxy "$REDIS_PORT"
 bench_start_twemproxy "$REDIS_PORT"
 declare -A PORT=([direct]=$REDIS_PORT [hotkeyproxy]=$PROXY_PORT [twemproxy]=$TWEM_PORT)
 declare -A PID=([direct]=$REDIS_PID [hotkeyproxy]=$PROXY_PID [twemproxy]=$TWEM_PID)
+if [[ -n ${PREDIXY:-} ]]; then
+	bench_start_predixy "$REDIS_PORT"
+	PORT[predixy]=$PREDIXY_PORT PID[predixy]=$PREDIXY_PID
+	PREDIXY_VERSION=$(redis-cli -h 127.0.0.1 -p "$PREDIXY_PORT" info server 2>/dev/null | tr -d '\r' |
+		sed -n 's/^Version:\(.*\)/\1/p' | head -n 1)
+fi
 CLK_TCK=$(getconf CLK_TCK)
-bench_log "redis-server :$REDIS_PORT, hotkeyproxy :$PROXY_PORT, nutcracker :$TWEM_PORT"
+bench_log "redis-server :$REDIS_PORT, hotkeyproxy :$PROXY_PORT, nutcracker :$TWEM_PORT${PREDIXY:+, predixy :${PORT[predixy]}}"
 
 # Sanity: a value written through each proxy reads back directly.
-for t in hotkeyproxy twemproxy; do
+for t in "${TARGETS[@]:1}"; do
 	redis-cli -h 127.0.0.1 -p "${PORT[$t]}" set "bench:sanity:$t" "ok-$t" >/dev/null
 	got=$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" get "bench:sanity:$t")
 	[[ $got == "ok-$t" ]] || bench_die "$t: wrote ok-$t, Redis has '$got'"
@@ -96,7 +108,7 @@ bench_run() {
 	fi
 	printf '%s\n' "$rows" >>"$RAW"
 	bench_log "  $t P$depth: $(awk -F'\t' '{printf "%s %.0f/s p99 %sms  ", $2, $5, $7}' <<<"$rows")cpu ${cpu}µs/req ($((SECONDS - start))s)"
-	bench_alive "$PROXY_PID" || bench_die "hotkeyproxy died during $t P$depth round $round"
+	bench_alive "${PID[$t]}" || bench_die "$t died during $t P$depth round $round"
 }
 
 # Warm-up: fill the key space (so GETs hit in every round) and give each
@@ -112,8 +124,12 @@ done
 
 bench_rounds
 
-# Stops nutcracker and hotkeyproxy now, so their logs are complete.
+# Stops the proxies now, so their logs are complete.
 proxy_log=$BENCH_TMP/hotkeyproxy.log
+if [[ -n ${PREDIXY:-} ]]; then
+	bench_stop "$PREDIXY_PID"
+	grep -E ' (W|E) ' "$BENCH_TMP/predixy.log" | head -n 5 | sed 's/^/predixy log: /' >>"$PROBLEMS" || true
+fi
 bench_stop "$TWEM_PID"
 bench_stop "$PROXY_PID"
 grep -E 'level=(WARN|ERROR)|"level":"(WARN|ERROR)"|panic|fatal' "$proxy_log" | head -n 10 |
@@ -125,7 +141,7 @@ commit=$(git -C "$BENCH_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown
 if [[ -n $(git -C "$BENCH_ROOT" status --porcelain 2>/dev/null) ]]; then commit="$commit (with uncommitted changes)"; fi
 
 # Medians per (depth, test, target).
-table=$(awk -F'\t' '
+table=$(awk -F'\t' -v targets_list="${TARGETS[*]}" '
 	function median(s,   a, n, i, j, x) {
 		n = split(s, a, " ")
 		for (i = 2; i <= n; i++) { x = a[i] + 0; for (j = i - 1; j >= 1 && a[j] + 0 > x; j--) a[j + 1] = a[j]; a[j + 1] = x }
@@ -139,7 +155,7 @@ table=$(awk -F'\t' '
 		rps[k] = rps[k] " " $5; p50[k] = p50[k] " " $6; p99[k] = p99[k] " " $7; cpu[k] = cpu[k] " " $8; runs[k]++
 	}
 	END {
-		nt = split("SET GET", tests, " "); ng = split("direct hotkeyproxy twemproxy", targets, " ")
+		nt = split("SET GET", tests, " "); ng = split(targets_list, targets, " ")
 		print "| depth | test | target | requests/s | p50 ms | p99 ms | vs direct | rps min–max (runs) | CPU µs/req |"
 		print "|---:|---|---|---:|---:|---:|---:|---|---:|"
 		for (i = 1; i <= nd; i++) for (j = 1; j <= nt; j++) for (g = 1; g <= ng; g++) {
@@ -166,7 +182,10 @@ report=$(
 	echo "- redis-server $redis_version; $(nutcracker -V 2>&1 | head -n 1); $(go version | sed 's/^go version //')"
 	echo "- hotkeyproxy $commit, default config (upstream.conns_per_node 2)"
 	echo "- twemproxy: redis: true, one server, server_connections ${BENCH_TWEM_CONNS:-1}, preconnect, auto_eject_hosts false, no timeout"
-	echo "- redis-server, both proxies and redis-benchmark share the machine's CPUs"
+	if [[ -n ${PREDIXY:-} ]]; then
+		echo "- predixy ${PREDIXY_VERSION:-?} ($PREDIXY): WorkerThreads 1, a StandaloneServerPool with one server (RefreshMethod fixed), no client or server timeout"
+	fi
+	echo "- redis-server, the proxies and redis-benchmark share the machine's CPUs"
 	if [[ -s $PROBLEMS ]]; then
 		echo
 		echo "Problems:"
@@ -181,6 +200,6 @@ if [[ ${BENCH_QUICK:-0} == 1 ]]; then suffix=-quick; fi
 result_file=$BENCH_DIR/results/passthrough-$(date +%Y-%m-%d-%H%M%S)$suffix.md
 echo "$report" >"$result_file"
 bench_log "wrote $result_file"
-if grep -qv -e 'hotkeyproxy log:' -e 'stderr:' "$PROBLEMS"; then
+if grep -qv -e 'hotkeyproxy log:' -e 'predixy log:' -e 'stderr:' "$PROBLEMS"; then
 	exit 1
 fi
