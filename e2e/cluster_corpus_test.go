@@ -2,8 +2,8 @@ package e2e
 
 // The byte-exact corpus of corpus_test.go, run through the proxy over a
 // Redis Cluster and compared with a standalone redis-server: in cluster
-// mode the proxy must look like one standalone Redis (DESIGN.md,
-// Passthrough contract; issue 3). Where Redis Cluster itself answers
+// mode the proxy must look like one standalone Redis (README,
+// "In front of a Redis Cluster"). Where Redis Cluster itself answers
 // differently by design, clusterCorpusDiffs says so step by step; such a
 // case also gets a variant with hash tags that must match the reference
 // byte for byte. Then come the cluster's own cases, and checks that run
@@ -43,22 +43,22 @@ const (
 // Why a case differs on a cluster. Each names the design decision.
 const (
 	whyCrossSlot = "Redis Cluster refuses a command whose keys are in several slots with CROSSSLOT; " +
-		"the proxy does the same and splits only MGET/MSET/DEL/UNLINK/EXISTS/TOUCH (issue 3 §3)"
+		"the proxy does the same and splits only MGET/MSET/DEL/UNLINK/EXISTS/TOUCH"
 	whyCrossSlotTx = "inside MULTI a key in another slot than the transaction's gets CROSSSLOT and EXEC " +
-		"then EXECABORT, as in Redis Cluster (issue 3 §6); the reference queues an unknown command instead, " +
+		"then EXECABORT, as in Redis Cluster; the reference queues an unknown command instead, " +
 		"so that its EXEC aborts too"
 	whySelect = "a cluster has only db 0: SELECT n≠0 gets Redis Cluster's error and the client stays " +
-		"in db 0 (issue 3 §4); the reference skips the SELECT"
+		"in db 0; the reference skips the SELECT"
 	whySelectInTx = "SELECT queued in MULTI fails inside EXEC with Redis Cluster's error and the " +
 		"transaction's other commands run in db 0; the reference queues SELECT 0 instead"
-	whyScan = "a SCAN cursor through the proxy names the master it is at (issue 3 §4), so a first " +
+	whyScan = "a SCAN cursor through the proxy names the master it is at, so a first " +
 		"page ends with the first master (slots 0-5460) and a cursor to the next, never 0"
 	whyOneDB         = "Redis Cluster refuses MOVE, SWAPDB and COPY … DB n: a cluster has one db"
 	whySubscribeInTx = "SUBSCRIBE queued in MULTI would turn the transaction's node connection into a " +
 		"subscriber the proxy cannot route for; refused in cluster mode, so EXEC aborts"
 	whySort = "Redis Cluster refuses SORT BY/GET patterns, whose keys may be in any slot"
 	whyWait = "WAIT counts the replicas of the node a connection writes to; the proxy refuses it " +
-		"in cluster mode with an -ERR naming it (DESIGN.md: what it cannot support)"
+		"in cluster mode with an -ERR naming it (README: not supported, by design)"
 	whyNoEvict = "CLIENT NO-EVICT would have to follow the client to every node; refused in " +
 		"cluster mode with an -ERR naming it"
 )
@@ -286,7 +286,7 @@ func (l *clusterLayout) masterOf(slot int) int {
 }
 
 // leakWatch fails the test when a reply of the proxy names a backend node:
-// the proxy is one standalone Redis to its clients (issue 3 §8).
+// the proxy is one standalone Redis to its clients.
 type leakWatch struct{ addrs []string }
 
 // showsConnections reports the commands whose reply is Redis's view of the
@@ -925,7 +925,7 @@ func clusterLive(t *testing.T, e *clusterEnv, l *clusterLayout, leaks *leakWatch
 		}
 		for i, m := range masters {
 			if got, err := m.ScriptExists(ctx, sha).Result(); err != nil || !got[0] {
-				t.Errorf("SCRIPT EXISTS on master %s after SCRIPT LOAD through the proxy: %v, %v; want it loaded on every master (issue 3 §4)",
+				t.Errorf("SCRIPT EXISTS on master %s after SCRIPT LOAD through the proxy: %v, %v; want it loaded on every master",
 					l.masters[i], got, err)
 			}
 		}
@@ -953,7 +953,7 @@ func clusterLive(t *testing.T, e *clusterEnv, l *clusterLayout, leaks *leakWatch
 			t.Errorf("EVALSHA for a key on the master that has the script: %q", r)
 		}
 		if r := c.do("EVALSHA", osha, "1", l.keyOn[2][0]); !strings.HasPrefix(r, "-NOSCRIPT ") {
-			t.Errorf("EVALSHA for a key on a master without the script, whose body the proxy never saw: %q, want NOSCRIPT (issue 3 §5)", r)
+			t.Errorf("EVALSHA for a key on a master without the script, whose body the proxy never saw: %q, want NOSCRIPT", r)
 		}
 
 		if r := c.do("SCRIPT", "FLUSH"); r != "+OK\r\n" {
