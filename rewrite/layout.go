@@ -36,6 +36,27 @@ type Layout struct {
 	// shares of Fill (bucket 0 holds its own already).
 	Pending bool
 	Fill    int64
+
+	// byMaster are the bucket numbers grouped by the master serving
+	// them when this proxy took the layout up, for the start bucket.
+	byMaster [][]int
+}
+
+// groupByMaster sets byMaster from owner, the index of the master serving
+// a slot (-1 for none: such buckets form a group of their own).
+func (l *Layout) groupByMaster(owner func(slot uint16) int) {
+	group := make(map[int]int)
+	l.byMaster = nil
+	for i, tag := range l.Tags {
+		m := owner(hashslot.Of([]byte(tag)))
+		g, ok := group[m]
+		if !ok {
+			g = len(l.byMaster)
+			group[m] = g
+			l.byMaster = append(l.byMaster, nil)
+		}
+		l.byMaster[g] = append(l.byMaster[g], i)
+	}
 }
 
 // N is the number of buckets.

@@ -153,6 +153,8 @@ func (e *Engine) complete(h *hotKey, l *Layout) error {
 
 // adopt takes l as h's layout and reads every bucket's value.
 func (e *Engine) adopt(h *hotKey, l *Layout) {
+	_, owner := e.up.Placement()
+	l.groupByMaster(owner)
 	h.layout.Store(l)
 	e.readBuckets(h, l)
 }

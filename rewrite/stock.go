@@ -20,13 +20,25 @@ func (h *hotKey) estimate(l *Layout) int64 {
 	return sum
 }
 
-// startBucket is where a deduct on n buckets begins: drawn at random, or
-// fixed per client (route: client).
-func (e *Engine) startBucket(h *hotKey, n int, client uint64) int {
-	if h.conf.Load().rule.Route == config.RouteClient {
-		return int(client % uint64(n))
+// startBucket is where a deduct on l's buckets begins: drawn at random,
+// or fixed per client (route: client). A master is chosen first, then one
+// of its buckets, so that each master takes an equal share of the deducts
+// whatever N mod M is (8 buckets over 3 masters: ⅓ each, not 3/8 and 2/8).
+func (e *Engine) startBucket(h *hotKey, l *Layout, client uint64) int {
+	perClient := h.conf.Load().rule.Route == config.RouteClient
+	groups := l.byMaster
+	if len(groups) <= 1 {
+		if perClient {
+			return int(client % uint64(l.N()))
+		}
+		return e.intN(l.N())
 	}
-	return e.intN(n)
+	if perClient {
+		g := groups[client%uint64(len(groups))]
+		return g[client/uint64(len(groups))%uint64(len(g))]
+	}
+	g := groups[e.intN(len(groups))]
+	return g[e.intN(len(g))]
 }
 
 // soldOut reports whether a deduct of amount can be answered "sold out"
@@ -69,7 +81,7 @@ func (e *Engine) deduct(h *hotKey, l *Layout, amount int64, client uint64) (ok b
 		return false, nil
 	}
 	n := l.N()
-	start := e.startBucket(h, n, client)
+	start := e.startBucket(h, l, client)
 	// A bucket whose node does not answer is passed over: the stock of
 	// the others is still for sale.
 	var unreachable error

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/hashslot"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
 )
 
@@ -294,5 +295,40 @@ func TestDebt(t *testing.T) {
 			e, f, c := testEngine(t, config.RouteRandom, 0, nil)
 			run(t, e, f, c, tc.steps)
 		})
+	}
+}
+
+// TestStartBucketShare: over many deducts, each master that holds buckets
+// gets an equal share of the start buckets (within ±5%), whatever N mod M,
+// drawn at random and with route: client alike.
+func TestStartBucketShare(t *testing.T) {
+	const draws = 30000
+	for _, route := range []string{config.RouteRandom, config.RouteClient} {
+		for m := 1; m <= 5; m++ {
+			owner := func(s uint16) int { return int(s) * m / hashslot.Count }
+			for n := 2; n <= 16; n++ {
+				cfg := config.Default()
+				cfg.Hotkeys.Keys = []config.KeyRule{{Match: "k", Buckets: n, Route: route}}
+				e := New(&fakeUpstream{t: t}, cfg)
+				h := e.key([]byte("k"))
+				l := Place("k", n, m, owner)
+				l.groupByMaster(owner)
+				share := make(map[int]int)
+				for i := range draws {
+					b := e.startBucket(h, l, uint64(i))
+					share[owner(hashslot.Of([]byte(l.Tags[b])))]++
+				}
+				want := float64(draws) / float64(min(m, n))
+				for master, got := range share {
+					if d := float64(got)/want - 1; d > 0.05 || d < -0.05 {
+						t.Errorf("%s, %d buckets over %d masters: master %d starts %d of %d deducts, want %.0f ±5%%",
+							route, n, m, master, got, draws, want)
+					}
+				}
+				if len(share) != min(m, n) {
+					t.Errorf("%s, %d buckets over %d masters: %d masters start deducts, want %d", route, n, m, len(share), min(m, n))
+				}
+			}
+		}
 	}
 }
