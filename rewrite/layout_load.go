@@ -163,6 +163,7 @@ func (e *Engine) adopt(h *hotKey, l *Layout) {
 // The error is errGone when a bucket is missing (h is forgotten), else
 // the first bucket's node failure; the sum is then of the buckets read.
 func (e *Engine) readBuckets(h *hotKey, l *Layout) (sum int64, err error) {
+	at := e.now()
 	for i, r := range e.send(h, l.requests(nil, []byte("GET"))) {
 		if failed := replyErr(r); failed != nil {
 			// The others are still read: a deduct can go on with them,
@@ -187,6 +188,9 @@ func (e *Engine) readBuckets(h *hotKey, l *Layout) (sum int64, err error) {
 		sum += v
 	}
 	h.seen.Store(e.now())
+	if err == nil {
+		h.summed.Store(at)
+	}
 	if err == nil && sum > 0 && sum >= h.soldAmount.Load() {
 		h.soldAt.Store(0)
 	}
