@@ -23,6 +23,10 @@ type clientWriter struct {
 	raw   syscall.RawConn // nil when nc is not a socket: then writes block
 	limit int             // most bytes queued for the background writer
 
+	// tryWrite's state, of the session's goroutine only.
+	try     tryState
+	writeFD func(fd uintptr) bool
+
 	mu      sync.Mutex
 	queue   [][]byte
 	queued  int
@@ -35,7 +39,15 @@ func newClientWriter(nc net.Conn, limit int) *clientWriter {
 	if sc, ok := nc.(syscall.Conn); ok {
 		w.raw, _ = sc.SyscallConn()
 	}
+	w.writeFD = w.writeStep
 	return w
+}
+
+// tryState is one tryWrite: what to write, how much went, why it stopped.
+type tryState struct {
+	p   []byte
+	n   int
+	err error
 }
 
 // write sends p, or queues it and reports kept: the caller must then not
@@ -83,30 +95,36 @@ func (w *clientWriter) tryWrite(p []byte) (int, error) {
 	if w.raw == nil {
 		return w.nc.Write(p)
 	}
-	n := 0
-	var werr error
-	err := w.raw.Write(func(fd uintptr) bool {
-		for n < len(p) {
-			m, err := syscall.Write(int(fd), p[n:])
-			if m > 0 {
-				n += m
-			}
-			if err == syscall.EINTR {
-				continue
-			}
-			if err != nil {
-				if err != syscall.EAGAIN {
-					werr = err
-				}
-				break
-			}
-		}
-		return true // never wait: what is left goes to the background
-	})
-	if werr != nil {
-		err = werr
+	w.try = tryState{p: p}
+	err := w.raw.Write(w.writeFD)
+	if w.try.err != nil {
+		err = w.try.err
 	}
+	n := w.try.n
+	w.try = tryState{}
 	return n, err
+}
+
+// writeStep is tryWrite's step on the socket; writeFD holds it as a method
+// value made once, so that a write allocates no closure.
+func (w *clientWriter) writeStep(fd uintptr) bool {
+	t := &w.try
+	for t.n < len(t.p) {
+		m, err := syscall.Write(int(fd), t.p[t.n:])
+		if m > 0 {
+			t.n += m
+		}
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			if err != syscall.EAGAIN {
+				t.err = err
+			}
+			break
+		}
+	}
+	return true // never wait: what is left goes to the background
 }
 
 func (w *clientWriter) drain(done chan struct{}) {

@@ -19,7 +19,7 @@ import (
 	"github.com/tidwall/redcon"
 )
 
-func startTestProxy(t *testing.T, upstream string, edit func(*config.Config)) string {
+func startTestProxy(t testing.TB, upstream string, edit func(*config.Config)) string {
 	t.Helper()
 	cfg := config.Default()
 	cfg.Upstream.Addrs = []string{upstream}

@@ -69,6 +69,7 @@ type session struct {
 	markEnds []int  // where each argument ends in markArgs
 
 	nameBuf [24]byte
+	keysBuf [8]int // hotCommand's key positions, kept off the heap
 }
 
 func newSession(srv *Server, nc net.Conn, id uint64) *session {

@@ -341,7 +341,11 @@ func (e *Engine) deductScript(args [][]byte) *config.Script {
 	}
 	switch strings.ToLower(string(args[0])) {
 	case "evalsha", "evalsha_ro":
-		return e.settings.Load().scripts[strings.ToLower(string(args[1]))]
+		scripts := e.settings.Load().scripts
+		if sc, ok := scripts[string(args[1])]; ok {
+			return sc // as clients send it, lowercase: no copy
+		}
+		return scripts[strings.ToLower(string(args[1]))]
 	case "eval", "eval_ro":
 		sum := sha1.Sum(args[1])
 		return e.settings.Load().scripts[hex.EncodeToString(sum[:])]

@@ -155,6 +155,7 @@ func (e *Engine) complete(h *hotKey, l *Layout) error {
 func (e *Engine) adopt(h *hotKey, l *Layout) {
 	_, owner := e.up.Placement()
 	l.groupByMaster(owner)
+	l.nameBuckets()
 	h.layout.Store(l)
 	e.readBuckets(h, l)
 }

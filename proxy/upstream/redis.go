@@ -95,24 +95,32 @@ func (u *Redis) Do(reqs []rewrite.Request) [][]byte {
 		}
 		return replies
 	}
-	var req []byte
+	b := doBatches.Get().(*Batch)
+	defer doBatches.Put(b)
+	b.Req, b.N, b.Done, b.OKLen, b.Err, b.Ends = b.Req[:0], len(reqs), 0, 0, nil, b.Ends[:0]
 	for _, q := range reqs {
-		req = resp.AppendCommand(req, q.Args...)
+		b.Req = resp.AppendCommand(b.Req, q.Args...)
 	}
+	// The replies are returned: Out is the one part never reused.
+	b.Out = make([]byte, 0, 64*len(reqs))
 	conn, err := u.Pool.Get(0, 0)
-	b := &Batch{Req: req, N: len(reqs), Ends: make([]int, 0, len(reqs)), DoneCh: make(chan struct{}, 1)}
 	if err == nil {
 		conn.Send(b)
 		<-b.DoneCh
 		err = b.Err
 	}
-	done := b.replies(nil)
-	copy(replies, done)
+	done := b.replies(replies[:0])
 	for i := len(done); i < len(replies); i++ {
 		replies[i] = redcon.AppendError(nil, ErrorText(err))
 	}
+	b.Out = nil
 	return replies
 }
+
+// doBatches are standalone Do's batches, each with its DoneCh, Ends and
+// request buffer, reused once their replies are in: a hot-key deduct then
+// allocates for its replies only.
+var doBatches = sync.Pool{New: func() any { return &Batch{Ends: make([]int, 0, 8), DoneCh: make(chan struct{}, 1)} }}
 
 // Placement implements rewrite.Upstream.
 func (u *Redis) Placement() (int, func(uint16) int) {
