@@ -15,13 +15,23 @@ import (
 
 // BenchmarkDeduct is the deduct-one script by EVALSHA at depth 1 from 50
 // clients through the proxy, on a plain key (relayed) and on a hot key of
-// 8 buckets, against one redis-server. cpu-µs/op is this process's CPU
-// (the proxy and the clients, whose share is the same in both) per
-// deduct: the difference is what the hot-key path adds.
+// 8 buckets, in front of one redis-server and of a 3-master cluster.
+// cpu-µs/op is this process's CPU (the proxy and the clients, whose share
+// is the same in both) per deduct: the difference is what the hot-key
+// path adds.
 func BenchmarkDeduct(b *testing.B) {
+	b.Run("standalone", func(b *testing.B) {
+		benchDeduct(b, redistest.Start(b, localredis.Options{}).Addr(), config.ModeStandalone)
+	})
+	b.Run("cluster", func(b *testing.B) {
+		benchDeduct(b, redistest.StartCluster(b, localredis.ClusterOptions{Masters: 3}).Seeds()[0], config.ModeCluster)
+	})
+}
+
+func benchDeduct(b *testing.B, upstream, mode string) {
 	const body = "if tonumber(redis.call('get', KEYS[1]) or '0') > 0 then return redis.call('decr', KEYS[1]) else return -1 end"
-	rs := redistest.Start(b, localredis.Options{})
-	addr := startTestProxy(b, rs.Addr(), func(c *config.Config) {
+	addr := startTestProxy(b, upstream, func(c *config.Config) {
+		c.Upstream.Mode = mode
 		c.Hotkeys.Keys = []config.KeyRule{{Match: "hot", Buckets: 8}}
 		c.Scripts = []config.Script{{Name: "deduct-one", Body: body, Amount: config.Amount{Const: 1}, Soldout: -1}}
 	})

@@ -27,6 +27,9 @@ type Redis struct {
 	Pool    *Pool    // a standalone server
 	Cluster *Cluster // a cluster
 
+	// Cluster mode's round trips for Do, reused.
+	trips sync.Pool
+
 	// Standalone mode's command table, asked once.
 	keys    atomic.Pointer[keyspec.Table]
 	keysMu  sync.Mutex   // one asks
@@ -52,7 +55,9 @@ func New(cfg *config.Upstream, log *slog.Logger, m Metrics) (*Redis, error) {
 		}
 		return &Redis{Pool: newPool(d, cfg.ConnsPerNode, m.Node(d.addr), log)}, nil
 	case config.ModeCluster:
-		return &Redis{Cluster: newCluster(cfg, log, m)}, nil
+		u := &Redis{Cluster: newCluster(cfg, log, m)}
+		u.trips.New = func() any { r := NewRoundTrip(u.Cluster, 0); return &r }
+		return u, nil
 	}
 	return nil, fmt.Errorf("proxy: unknown upstream.mode %q", cfg.Mode)
 }
@@ -80,7 +85,8 @@ func (u *Redis) Do(reqs []rewrite.Request) [][]byte {
 			}
 			return replies
 		}
-		r := NewRoundTrip(c, 0)
+		r := u.trips.Get().(*RoundTrip)
+		defer u.trips.Put(r)
 		for _, q := range reqs {
 			slot := int(hashslot.Of(q.Key))
 			n := t.Slots[slot]
@@ -90,9 +96,18 @@ func (u *Redis) Do(reqs []rewrite.Request) [][]byte {
 			r.Queue(n, slot, nil, q.Args)
 		}
 		r.Run()
+		// The replies outlive the RoundTrip's buffers: one copy holds them.
+		size := 0
 		for i := range replies {
-			replies[i] = r.Reply(i)
+			size += len(r.Reply(i))
 		}
+		out := make([]byte, 0, size)
+		for i := range replies {
+			start := len(out)
+			out = append(out, r.Reply(i)...)
+			replies[i] = out[start:len(out):len(out)]
+		}
+		r.Reset()
 		return replies
 	}
 	b := doBatches.Get().(*Batch)
