@@ -150,6 +150,13 @@ type Hotkeys struct {
 	// long. 0 (the default) reads every bucket on each GET; must not be
 	// negative.
 	ReadStaleness Duration `yaml:"read_staleness"`
+	// MoveTimeout bounds how long a move of stock between two buckets of
+	// a hot key (a gather, a merge) stays unfinished when the proxy doing
+	// it dies or loses Redis half way: any proxy that knows the key finds
+	// a move older than half of it and finishes it (or undoes it, when its
+	// target bucket is gone), looking every quarter of it. Must be > 0;
+	// default 2s.
+	MoveTimeout Duration `yaml:"move_timeout"`
 }
 
 // KeyRule marks the keys matching Match as hot.
@@ -248,7 +255,8 @@ func Default() *Config {
 				Threshold:  5000,
 				Capacity:   10000,
 			},
-			SoldoutTTL: Duration(100 * time.Millisecond),
+			SoldoutTTL:  Duration(100 * time.Millisecond),
+			MoveTimeout: Duration(2 * time.Second),
 		},
 		Metrics: Metrics{Listen: "127.0.0.1:9121"},
 	}
@@ -379,6 +387,7 @@ func (c *Config) validate() []*Error {
 	}
 	v.nonNegative("hotkeys.soldout_ttl", h.SoldoutTTL)
 	v.nonNegative("hotkeys.read_staleness", h.ReadStaleness)
+	v.positive("hotkeys.move_timeout", h.MoveTimeout)
 
 	seenName := map[string]string{}
 	seenBody := map[string]string{}

@@ -18,7 +18,7 @@ type hotKeyCollector struct {
 	srv *Server
 
 	deducts, unitsSold, soldOutLocal, readsLocal, ringHops, upstreamCalls *prometheus.Desc
-	bucketValue                                                           *prometheus.Desc
+	bucketValue, bucketsLost, lostUnits, movesRecovered                   *prometheus.Desc
 	tracked, topRate, promotions, demotions                               *prometheus.Desc
 }
 
@@ -41,6 +41,12 @@ func newHotKeyCollector(srv *Server) *hotKeyCollector {
 			"Commands sent to Redis for a hot key, every kind.", key, nil),
 		bucketValue: prometheus.NewDesc("hotkeyproxy_hotkey_bucket_value",
 			"Each bucket's value as this proxy last saw it (no Redis call at scrape time).", []string{"key", "bucket"}, nil),
+		bucketsLost: prometheus.NewDesc("hotkeyproxy_hotkey_buckets_lost_total",
+			"Buckets of a hot key this proxy found lost: their key missing while the layout names them (a failover to a replica that never had it, a DEL behind the proxy).", key, nil),
+		lostUnits: prometheus.NewDesc("hotkeyproxy_hotkey_lost_units",
+			"Units the lost buckets of a hot key's layout held when last seen, as recorded by the proxy that found each lost first.", key, nil),
+		movesRecovered: prometheus.NewDesc("hotkeyproxy_hotkey_moves_recovered_total",
+			"Moves of stock between a hot key's buckets left half done (their proxy died or lost Redis) that this proxy finished or undid.", key, nil),
 		tracked: prometheus.NewDesc("hotkeyproxy_detector_keys_tracked",
 			"Keys the detector counts now (at most hotkeys.detect.capacity).", nil, nil),
 		topRate: prometheus.NewDesc("hotkeyproxy_detector_top_key_ops_per_second",
@@ -56,7 +62,7 @@ func newHotKeyCollector(srv *Server) *hotKeyCollector {
 // Describe implements prometheus.Collector.
 func (c *hotKeyCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.deducts, c.unitsSold, c.soldOutLocal, c.readsLocal, c.ringHops, c.upstreamCalls,
-		c.bucketValue, c.tracked, c.topRate, c.promotions, c.demotions} {
+		c.bucketValue, c.bucketsLost, c.lostUnits, c.movesRecovered, c.tracked, c.topRate, c.promotions, c.demotions} {
 		ch <- d
 	}
 }
@@ -75,6 +81,9 @@ func (c *hotKeyCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.readsLocal, k.ReadsLocal, k.Key)
 		counter(c.ringHops, k.RingHops, k.Key)
 		counter(c.upstreamCalls, k.UpstreamCalls, k.Key)
+		counter(c.bucketsLost, k.BucketsLost, k.Key)
+		counter(c.movesRecovered, k.MovesRecovered, k.Key)
+		ch <- prometheus.MustNewConstMetric(c.lostUnits, prometheus.GaugeValue, float64(k.LostUnits), k.Key)
 		for i, v := range k.Buckets {
 			ch <- prometheus.MustNewConstMetric(c.bucketValue, prometheus.GaugeValue, float64(v), k.Key, strconv.Itoa(i))
 		}

@@ -56,7 +56,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.hot = rewrite.New(s.up, cfg)
+	s.hot = rewrite.New(s.up, cfg, log)
 	if s.detect, err = newDetection(cfg.Hotkeys.Detect); err != nil {
 		return nil, err
 	}
@@ -89,6 +89,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		go s.followLayouts(stop)
 	}
 	go s.watchDetected(stop)
+	go s.finishMoves(stop)
 
 	var backoff time.Duration
 	for {

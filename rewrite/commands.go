@@ -115,6 +115,7 @@ func (e *Engine) getOnce(h *hotKey) ([]byte, error) {
 		return nil, errGone
 	}
 	var sum int64
+	var missing []int
 	for i, r := range replies[1:] {
 		if err := replyErr(r); err != nil {
 			h.summed.Store(0)
@@ -123,9 +124,20 @@ func (e *Engine) getOnce(h *hotKey) ([]byte, error) {
 		n := int64(0)
 		if b, ok := resp.BulkValue(r); ok {
 			n, _ = resp.ParseInt(b)
+		} else if !h.isLost(l, i) {
+			missing = append(missing, i)
+			continue
 		}
 		h.last[i].Store(n)
 		sum += n
+	}
+	// A bucket missing while the key names the layout: lost (the others'
+	// sum is the value), or about to expire with the key (counted as
+	// empty, as it will be in a moment); else the layout just ended.
+	if len(missing) > 0 {
+		if err := e.lose(h, l, missing...); !isLost(err) && !errors.Is(err, errExpiring) {
+			return nil, err
+		}
 	}
 	h.summed.Store(at)
 	return redcon.AppendBulk(nil, strconv.AppendInt(nil, sum, 10)), nil
@@ -252,9 +264,10 @@ func (e *Engine) writeShares(h *hotKey, l *Layout, total int64, expiry [][]byte)
 	return nil
 }
 
-// dropBuckets deletes the buckets of a layout that no key names.
+// dropBuckets deletes the buckets of a layout that no key names, with
+// their records.
 func (e *Engine) dropBuckets(h *hotKey, l *Layout) {
-	e.send(h, l.requests(nil, []byte("DEL")))
+	e.send(h, l.dropRequests(nil, []byte("DEL")))
 }
 
 // add answers INCR, DECR, INCRBY, DECRBY: the sum changes exactly as a
@@ -410,23 +423,24 @@ func (e *Engine) deductOnce(h *hotKey, amount int64, soldout []byte, client uint
 	return redcon.AppendInt(nil, max(h.estimate(l), 0)), nil
 }
 
-// del answers DEL and UNLINK: the key and its buckets go.
+// del answers DEL and UNLINK: the key goes, then its buckets with their
+// records (in that order: a bucket missing while the key still names the
+// layout would be a lost bucket).
 func (e *Engine) del(h *hotKey, args [][]byte) ([]byte, error) {
 	l, st, err := e.load(h, false)
 	if err != nil {
 		return nil, err
 	}
 	key := []byte(h.name)
-	reqs := []Request{{Key: key, Args: [][]byte{args[0], key}}}
-	if st == stateHot {
-		reqs = l.requests(reqs, args[0])
-	}
-	replies := e.send(h, reqs)
+	r := e.send(h, []Request{{Key: key, Args: [][]byte{args[0], key}}})[0]
 	h.forget()
-	if err := replyErr(replies[0]); err != nil {
+	if err := replyErr(r); err != nil {
 		return nil, err
 	}
-	return replies[0], nil
+	if st == stateHot {
+		e.send(h, l.dropRequests(nil, args[0]))
+	}
+	return r, nil
 }
 
 // expire answers EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT and PERSIST: on the

@@ -30,10 +30,9 @@
 //     amount from one bucket that covers it: from a random start bucket,
 //     or one fixed per client (route: client), round the ring. When no
 //     bucket alone covers it but the buckets together do, stock is moved
-//     into bucket 0 (a take, then an add; given back to its bucket when
-//     the add fails) and taken there. The reply is the stock left as this
-//     proxy sees it, or the script's declared sold-out value. Any other
-//     script on a hot key is refused.
+//     into bucket 0 (moves between buckets, below) and taken there. The
+//     reply is the stock left as this proxy sees it, or the script's
+//     declared sold-out value. Any other script on a hot key is refused.
 //  4. DECR and DECRBY change the sum exactly as a plain key's: what the
 //     buckets cannot cover is moved into bucket 0 and taken there, so
 //     bucket 0 goes negative and the reply is the negative sum. INCR and
@@ -47,8 +46,10 @@
 //  7. No oversell: stock leaves a bucket only by a Lua step that never
 //     takes it below zero, or by the debt of point 4. No false sold-out:
 //     "sold out" is concluded only from Redis, by two fresh reads of
-//     every bucket a moment apart, both short of the amount, and never
-//     while a bucket's node does not answer (its error is the reply).
+//     every bucket a moment apart, both short of the amount, each after
+//     every move between buckets found in flight was finished (so no unit
+//     on its way between two buckets is missed), and never while a
+//     bucket's node does not answer (its error is the reply).
 //  8. Bucket 0 shares the key's slot, so a plain value is converted in
 //     one step; bucket i lives on the master i places after the key's, so
 //     each of M masters holds ⌊N/M⌋ or ⌈N/M⌉ buckets (Place). A bucket's
@@ -64,4 +65,76 @@
 //     values, which order the ring; "sold out", for soldout_ttl) only
 //     saves round trips: Redis holds the truth, so a proxy restarted, or
 //     one that never heard, loses nothing.
+//  11. Stock moved between buckets (a gather into bucket 0, the drains of
+//     a merge, a conversion's spread) survives the proxy moving it being
+//     killed at any instant: no unit lost, none doubled, nothing left
+//     behind (below).
+//  12. A bucket lost on its own (its key missing while the key still
+//     holds the layout naming it: a failover promoted a replica that
+//     never had it, or it was deleted behind the proxy) stops only what
+//     reaches it: the other buckets keep selling; the deducts that meet
+//     it get an error naming it; it is logged once and counted, shown by
+//     PROXY HOTKEYS, and recorded in Redis (Layout.LostKey) with the
+//     units last seen in it, for reconciliation.
+//
+// # Moves between buckets
+//
+// Buckets sit on different masters, so no one Lua step covers both ends
+// of a move. A move of t units from bucket s to bucket d of a layout is
+// three steps, each one Lua step (or command) on one slot:
+//
+//  1. take, on s's slot: up to t is taken from s (never below zero) and,
+//     in the same step, the move's intent is written in s's intents
+//     (Layout.IntentsKey: a hash, id -> "<d> <t> <created ms>", the time
+//     of s's node). The id is random, 64 bits, so that the moves of all
+//     proxies never share one.
+//  2. apply, on d's slot: unless d's applied marks (Layout.AppliedKey: a
+//     sorted set of ids, scored by the time of d's node) hold the id, t
+//     is added to d and the id marked, in one step. Applying a move twice
+//     is applying it once. If d does not exist, nothing is done.
+//  3. finish, on s's slot: the intent is deleted (HDEL); or, when the
+//     apply found d gone, undo: the intent's amount goes back to s and the
+//     intent is deleted, in one step (so it is given back once; to
+//     nothing if s is gone too: the stock went with the layout).
+//
+// Whoever finds an intent can finish it by steps 2 and 3 with the same
+// outcome as its mover, any number of times, concurrently with the mover
+// or with each other; so a proxy killed between any two steps loses
+// nothing and doubles nothing. A proxy finishes the intents it finds of a
+// layout it knows: every quarter of hotkeys.move_timeout, those older
+// than half of it (by the source node's clock; Engine.FinishMoves); on
+// the slow path of a deduct, before a read short of the amount counts,
+// all of them; on a merge, all of them. The intents a proxy must find are
+// few keys at fixed names, one per bucket: no SCAN. A node failure
+// between the steps leaves the move as it is for whoever looks next: an
+// apply whose reply was lost may have been applied, and only its mark can
+// tell. Applied marks are kept an hour past their intent (appliedKeep: a
+// request applying a move again may still be on its way; TCP retransmits
+// a partitioned sender's data for some 15 minutes), and dropped by the
+// sweep once older and their intent gone; intents and marks keep the
+// TTL of their bucket plus that hour. An intent is never older than its
+// mark can tell unless the sweep could not run for an hour on any proxy.
+// Buckets are never made again once gone (their names carry the layout's
+// random generation), which is what makes "d is gone" final for an undo;
+// bucket 0 of a merging layout is the one exception, made empty by the
+// merge's first step so that the drains have somewhere to go.
+//
+// A merge (PROXY UNSHARD) is a layout marked merging in the key itself
+// (one step on the key's slot, which also makes bucket 0 if it is
+// missing), each other bucket drained into bucket 0 by a move whose take
+// deletes the bucket, every intent of the layout then finished (after the
+// drains no move of the layout can begin, so none is missed), and in one
+// step on the key's slot the key takes bucket 0's value while bucket 0
+// and the layout's records go. Every proxy that reads a merging layout
+// finishes the merge by the same steps, so nothing waits on a lease and a
+// proxy killed half way blocks nothing.
+//
+// A conversion (contract 1's plain value made hot) was crash-safe before
+// moves had intents: its one step on the key's slot leaves the value to
+// spread in the pending layout, and any proxy that reads a pending layout
+// makes the missing buckets with SET NX and marks it complete; doing so
+// twice is harmless. One hazard is left, for a proxy that stalls (not
+// dies) between reading a pending layout and its SET NX for as long as
+// it takes another to complete the layout and then lose one of its
+// buckets: it would make that bucket again with its first share.
 package rewrite

@@ -1,7 +1,9 @@
 package rewrite
 
 import (
+	"log/slog"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,6 +48,13 @@ type Engine struct {
 	// and math/rand/v2; tests set their own before the first command.
 	clock clock
 	intN  func(n int) int
+	// moveID names a new move between buckets: random, 16 hex digits, so
+	// that moves of all proxies never share one. Tests set their own.
+	moveID func() string
+	// moveHook, when set, is told each step of a move, merge or
+	// conversion once Redis has answered it (SetMoveHook).
+	moveHook atomic.Pointer[func(step string)]
+	log      *slog.Logger
 
 	mu   sync.Mutex
 	keys map[string]*hotKey
@@ -80,32 +89,39 @@ type settings struct {
 	scripts    map[string]*config.Script // declared deduct scripts by SHA1
 	soldoutTTL time.Duration
 	staleness  time.Duration // hotkeys.read_staleness
+	// moveTimeout is hotkeys.move_timeout: a move between buckets left
+	// unfinished is finished by any proxy within it.
+	moveTimeout time.Duration
 }
 
-// New returns an engine for cfg's hot keys and deduct scripts.
-func New(up Upstream, cfg *config.Config) *Engine {
+// New returns an engine for cfg's hot keys and deduct scripts; it logs to
+// log what ops must know of (a bucket found lost).
+func New(up Upstream, cfg *config.Config, log *slog.Logger) *Engine {
 	e := &Engine{
 		up:         up,
 		standalone: cfg.Upstream.Mode == config.ModeStandalone,
 		clock:      realClock{},
 		intN:       rand.IntN,
+		moveID:     func() string { return strconv.FormatUint(rand.Uint64()|1<<63, 16) },
+		log:        log,
 		keys:       make(map[string]*hotKey),
 	}
 	e.Reload(cfg)
 	return e
 }
 
-// Reload applies cfg's hot-key rules, deduct scripts, soldout_ttl and
-// read_staleness; the upstream mode is fixed at New. A key that a rule no
+// Reload applies cfg's hot-key rules, deduct scripts, soldout_ttl,
+// read_staleness and move_timeout; the upstream mode is fixed at New. A key that a rule no
 // longer names keeps its buckets and stays hot while it holds a layout, as
 // a learned key does: dropping a rule never strands stock (PROXY UNSHARD
 // merges it).
 func (e *Engine) Reload(cfg *config.Config) {
 	st := &settings{
-		registry:   hotkey.NewRegistry(cfg.Hotkeys.Keys),
-		scripts:    make(map[string]*config.Script, len(cfg.Scripts)),
-		soldoutTTL: cfg.Hotkeys.SoldoutTTL.Duration(),
-		staleness:  cfg.Hotkeys.ReadStaleness.Duration(),
+		registry:    hotkey.NewRegistry(cfg.Hotkeys.Keys),
+		scripts:     make(map[string]*config.Script, len(cfg.Scripts)),
+		soldoutTTL:  cfg.Hotkeys.SoldoutTTL.Duration(),
+		staleness:   cfg.Hotkeys.ReadStaleness.Duration(),
+		moveTimeout: cfg.Hotkeys.MoveTimeout.Duration(),
 	}
 	for i := range cfg.Scripts {
 		sc := cfg.Scripts[i]
@@ -138,4 +154,26 @@ func (e *Engine) buckets(h *hotKey) int {
 	}
 	m, _ := e.up.Placement()
 	return max(m, config.MinBuckets)
+}
+
+// SetMoveHook makes the engine call hook after each step of every move of
+// stock between buckets, of every merge (PROXY UNSHARD) and of every
+// conversion, once Redis has answered it, with the step's name: "take",
+// "drain", "apply", "finish", "mark", "flip", "convert", "spread",
+// "complete". nil removes it. For tests of crash safety: a hook that
+// stops the engine's upstream dead at a step stands in for a proxy killed
+// there.
+func (e *Engine) SetMoveHook(hook func(step string)) {
+	if hook == nil {
+		e.moveHook.Store(nil)
+		return
+	}
+	e.moveHook.Store(&hook)
+}
+
+// step tells the move hook that step is done.
+func (e *Engine) step(name string) {
+	if f := e.moveHook.Load(); f != nil {
+		(*f)(name)
+	}
 }

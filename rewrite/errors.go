@@ -3,6 +3,7 @@ package rewrite
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strconv"
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
@@ -19,6 +20,10 @@ import (
 // proxy read its layout. The commands try again on a fresh layout.
 var errGone = errors.New("hotkeyproxy: the key is gone")
 
+// errExpiring is errGone for a key that still holds the layout but is
+// about to expire: its buckets may go a moment before it.
+var errExpiring = fmt.Errorf("%w: it is about to expire", errGone)
+
 // errPlain is what load gives for a learned key that holds no layout now:
 // the command is to be relayed as for any plain key (Do returns nil).
 var errPlain = errors.New("hotkeyproxy: the key is not held as buckets")
@@ -31,6 +36,27 @@ type keyError struct {
 }
 
 func (e *keyError) Error() string { return "hotkeyproxy: '" + e.key + "' " + e.reason }
+
+// lostError is a bucket found lost: its key is missing while the key
+// still holds the layout that names it (a failover promoted a replica
+// that never had it, or it was deleted behind the proxy). Its reply names
+// the bucket; the other buckets still sell.
+type lostError struct {
+	keyError
+	bucket int
+}
+
+func newLostError(key string, bucket int, name []byte, units int64) *lostError {
+	return &lostError{bucket: bucket, keyError: keyError{key: key, reason: "lost bucket " + strconv.Itoa(bucket) + " (" + string(name) +
+		"): its key is missing while the layout names it; it held " + strconv.FormatInt(units, 10) +
+		" units when last seen; the other buckets still sell"}}
+}
+
+// isLost reports whether err is a lostError.
+func isLost(err error) bool {
+	_, ok := errors.AsType[*lostError](err)
+	return ok
+}
 
 // refused is the keyError of a command a hot key does not support as a
 // plain key would: why says what, and why not.

@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"bytes"
+	"log/slog"
 	"regexp"
 	"slices"
 	"strconv"
@@ -74,7 +75,8 @@ var (
 func init() {
 	for name, s := range map[string]*bucketScript{
 		"deduct": scriptDeduct, "take": scriptTake, "add": scriptAdd, "convert": scriptConvert,
-		"complete": scriptComplete, "merge": scriptMerge, "drain": scriptDrain,
+		"swap": scriptSwap, "drain": scriptDrain, "apply": scriptApply, "undo": scriptUndo,
+		"moves": scriptMoves, "mark": scriptMark, "flip": scriptFlip, "lose": scriptLose,
 	} {
 		scriptName[string(s.sha)] = name
 		scriptName[string(s.body)] = name
@@ -83,7 +85,9 @@ func init() {
 
 // render writes a request as a test states it: arguments joined by
 // spaces, a bucket script's SHA1 or body by its name, bucket i of key k as
-// "k#i", a layout as "layout:<tags>[:<fill>]", MarkerPrefix as "<prefix>".
+// "k#i" (its records as "k#i:intents"…), a layout as
+// "layout:<tags>[:<fill>|:merge]", MarkerPrefix as "<prefix>",
+// appliedKeep in ms as "<keep>".
 // The generation it drops is kept for replies.
 func (f *fakeUpstream) render(r Request) string {
 	parts := make([]string, len(r.Args))
@@ -95,6 +99,10 @@ func (f *fakeUpstream) render(r Request) string {
 		}
 		if s == MarkerPrefix {
 			parts[i] = "<prefix>"
+			continue
+		}
+		if s == string(keepMs) {
+			parts[i] = "<keep>"
 			continue
 		}
 		if m := bucketName.FindStringSubmatch(s); m != nil {
@@ -149,9 +157,11 @@ func testEngine(t *testing.T, route string, start int, want []exchange) (*Engine
 		{Name: "deduct-n", Body: deductN, Amount: config.Amount{ArgvIndex: 1}, Soldout: -1},
 	}
 	f := &fakeUpstream{t: t, want: want}
-	e := New(f, cfg)
+	e := New(f, cfg, slog.New(slog.DiscardHandler))
 	c := &fakeClock{now: time.Unix(1_700_000_000, 0)}
 	e.clock = c
+	moves := 0
+	e.moveID = func() string { moves++; return "m" + strconv.Itoa(moves) }
 	e.intN = func(n int) int {
 		if n != 4 {
 			t.Fatalf("start bucket drawn among %d, want 4", n)
@@ -189,3 +199,61 @@ func cmd(s string) [][]byte { return bytes.Fields([]byte(s)) }
 
 // sha is the EVALSHA name of a declared deduct script.
 func sha(body string) string { return config.Script{Body: body}.SHA1() }
+
+// nowMs is the time the fake's nodes give the scripts (TIME), in ms.
+const nowMs = 1_700_000_000_000
+
+// arr is a RESP array of the frames given.
+func arr(frames ...string) string {
+	return "*" + strconv.Itoa(len(frames)) + "\r\n" + strings.Join(frames, "")
+}
+
+// bulks is a RESP array of bulk strings.
+func bulks(ss ...string) string {
+	frames := make([]string, len(ss))
+	for i, s := range ss {
+		frames[i] = bulk(s)
+	}
+	return arr(frames...)
+}
+
+// movesOf is the moves script's reply for a bucket: the node's time,
+// whether the bucket exists, its intents (id, record, id, record…) and
+// its applied marks older than appliedKeep.
+func movesOf(exists bool, intents []string, old ...string) string {
+	e := int64(0)
+	if exists {
+		e = 1
+	}
+	return arr(num(nowMs), num(e), bulks(intents...), bulks(old...))
+}
+
+// listMoves is the request of the moves script on bucket i of key k.
+func listMoves(k string, i int) string {
+	b := k + "#" + strconv.Itoa(i)
+	return "EVALSHA moves 3 " + b + ":intents " + b + ":applied " + b + " <keep>"
+}
+
+// sweep are the requests by which the engine lists the moves of the 4
+// buckets of k, each answered: none, the bucket there.
+func sweep() []exchange {
+	var x []exchange
+	for i := range 4 {
+		x = append(x, exchange{listMoves("k", i), movesOf(true, nil)})
+	}
+	return x
+}
+
+// moveSteps are the requests of one move of a units from bucket from to
+// bucket 0 of k, as intent id, and their replies: taken (taken, from
+// left), applied (to holds to0 then), the intent gone.
+func moveSteps(from int, want int64, id string, taken, left, to0 int64) []exchange {
+	b := "k#" + strconv.Itoa(from)
+	x := []exchange{{"EVALSHA take 2 " + b + " " + b + ":intents " + itoa(want) + " " + id + " 0 <keep>", pair2(taken, left)}}
+	if taken == 0 {
+		return x
+	}
+	return append(x,
+		exchange{"EVALSHA apply 2 k#0 k#0:applied " + id + " " + itoa(taken) + " <keep>", pair2(1, to0)},
+		exchange{"HDEL " + b + ":intents " + id, num(1)})
+}

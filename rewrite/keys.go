@@ -104,6 +104,52 @@ type hotKey struct {
 	// slow serialises this proxy's deducts that move stock between
 	// buckets or conclude "sold out", so they do not race each other.
 	slow sync.Mutex
+	// lost are the buckets of one layout found lost; replaced whole,
+	// under lostMu, when one is added.
+	lostMu sync.Mutex
+	lost   atomic.Pointer[lostBuckets]
+}
+
+// lostBuckets are the buckets of the layout of generation gen found lost,
+// each with the units recorded for it (those the proxy that found it
+// first last saw there).
+type lostBuckets struct {
+	gen   string
+	units map[int]int64
+}
+
+// isLost reports whether bucket b of l is known lost.
+func (h *hotKey) isLost(l *Layout, b int) bool {
+	p := h.lost.Load()
+	if p == nil || p.gen != l.Gen {
+		return false
+	}
+	_, ok := p.units[b]
+	return ok
+}
+
+// lostOf is what is known lost of l: bucket -> units; nil when none.
+func (h *hotKey) lostOf(l *Layout) map[int]int64 {
+	if p := h.lost.Load(); p != nil && l != nil && p.gen == l.Gen {
+		return p.units
+	}
+	return nil
+}
+
+// markLost records bucket b of l as lost, holding units; new reports
+// whether it was not known lost before.
+func (h *hotKey) markLost(l *Layout, b int, units int64) (new bool) {
+	h.lostMu.Lock()
+	defer h.lostMu.Unlock()
+	old := h.lostOf(l)
+	if _, ok := old[b]; ok {
+		return false
+	}
+	m := make(map[int]int64, len(old)+1)
+	maps.Copy(m, old)
+	m[b] = units
+	h.lost.Store(&lostBuckets{gen: l.Gen, units: m})
+	return true
 }
 
 func (e *Engine) key(k []byte) *hotKey {

@@ -36,6 +36,9 @@ type Layout struct {
 	// shares of Fill (bucket 0 holds its own already).
 	Pending bool
 	Fill    int64
+	// Merging is set while the layout is being merged back into its key
+	// (PROXY UNSHARD): any proxy that reads it finishes the merge.
+	Merging bool
 
 	// byMaster are the bucket numbers grouped by the master serving
 	// them when this proxy took the layout up, for the start bucket.
@@ -91,12 +94,42 @@ func (l *Layout) Bucket(i int) []byte {
 	return append(b, l.Gen...)
 }
 
+// IntentsKey is the key of bucket i's intents, in its slot: a hash of
+// the moves out of it in flight, id -> "<to> <amount> <created ms>" (see
+// "Moves between buckets" in the package doc).
+func (l *Layout) IntentsKey(i int) []byte { return append(l.Bucket(i), ":intents"...) }
+
+// AppliedKey is the key of bucket i's applied marks, in its slot: a
+// sorted set of the ids of the moves into it, scored by when they were
+// applied (Unix ms, the node's clock).
+func (l *Layout) AppliedKey(i int) []byte { return append(l.Bucket(i), ":applied"...) }
+
+// LostKey is the key of the layout's record of lost buckets, in the key's
+// slot (bucket 0's): a hash, bucket number -> "<units> <detected ms>",
+// the units being those the proxy that found it lost last saw in it.
+func (l *Layout) LostKey() []byte { return append(l.Bucket(0), ":lost"...) }
+
 // requests appends to dst the command "cmd bucket args…" for each bucket
 // of l, in bucket order.
 func (l *Layout) requests(dst []Request, cmd []byte, args ...[]byte) []Request {
 	for i := range l.N() {
 		b := l.Bucket(i)
 		dst = append(dst, Request{Key: b, Args: append([][]byte{cmd, b}, args...)})
+	}
+	return dst
+}
+
+// dropRequests appends to dst, for each bucket of l, the command "cmd"
+// (DEL or UNLINK) of the bucket with its records of moves, and for bucket
+// 0 the layout's record of lost buckets too: all in the bucket's slot.
+func (l *Layout) dropRequests(dst []Request, cmd []byte) []Request {
+	for i := range l.N() {
+		b := l.Bucket(i)
+		args := [][]byte{cmd, b, l.IntentsKey(i), l.AppliedKey(i)}
+		if i == 0 {
+			args = append(args, l.LostKey())
+		}
+		dst = append(dst, Request{Key: b, Args: args})
 	}
 	return dst
 }
@@ -121,7 +154,7 @@ func (l *Layout) Share(total int64, i int) int64 {
 
 // Marker is the value the key holds once the layout is complete:
 // "hotkeyproxy-layout:1:<gen>:<tag> <tag>…" (tags are decimal numbers).
-// While Pending, ":<fill>" follows.
+// While Pending, ":<fill>" follows; while Merging, ":merge".
 func (l *Layout) Marker() []byte {
 	b := append([]byte(MarkerPrefix), l.Gen...)
 	b = append(b, ':')
@@ -131,9 +164,12 @@ func (l *Layout) Marker() []byte {
 		}
 		b = append(b, t...)
 	}
-	if l.Pending {
+	switch {
+	case l.Pending:
 		b = append(b, ':')
 		b = strconv.AppendInt(b, l.Fill, 10)
+	case l.Merging:
+		b = append(b, ":merge"...)
 	}
 	return b
 }
@@ -169,7 +205,9 @@ func ParseMarker(key string, v []byte) (*Layout, error) {
 		}
 		l.Tags[i] = strconv.FormatUint(t, 10)
 	}
-	if len(parts) == 3 {
+	if len(parts) == 3 && string(parts[2]) == "merge" {
+		l.Merging = true
+	} else if len(parts) == 3 {
 		fill, err := strconv.ParseInt(string(parts[2]), 10, 64)
 		if err != nil {
 			return nil, errBadMarker

@@ -52,6 +52,14 @@ func (e *Engine) loadAs(h *hotKey, create, convert bool, n int) (*Layout, state,
 			if err != nil {
 				return nil, stateOther, nil
 			}
+			if l.Merging {
+				// Left half merged (its proxy died, or is at it now):
+				// finished here, and the key read again.
+				if err := e.merge(h, l); err != nil && !errors.Is(err, errGone) {
+					return nil, 0, err
+				}
+				continue
+			}
 			if l.Pending {
 				if err := e.complete(h, l); errors.Is(err, errGone) {
 					continue
@@ -81,6 +89,7 @@ func (e *Engine) loadAs(h *hotKey, create, convert bool, n int) (*Layout, state,
 			mk[0] = '1'
 		}
 		code, _, err := e.eval(h, scriptConvert, key, [][]byte{key, l.Bucket(0)}, l.Marker(), []byte(MarkerPrefix), mk, strconv.AppendInt(nil, int64(l.N()), 10))
+		e.step("convert")
 		switch {
 		case err != nil:
 			return nil, 0, err
@@ -121,6 +130,7 @@ func (e *Engine) complete(h *hotKey, l *Layout) error {
 		reqs = append(reqs, Request{Key: b, Args: args})
 	}
 	made := e.send(h, reqs)
+	e.step("spread")
 	for _, r := range made {
 		if err := replyErr(r); err != nil {
 			return err
@@ -128,7 +138,8 @@ func (e *Engine) complete(h *hotKey, l *Layout) error {
 	}
 	pending := l.Marker()
 	l.Pending = false
-	done, _, err := e.eval(h, scriptComplete, key, [][]byte{key}, pending, l.Marker())
+	done, _, err := e.eval(h, scriptSwap, key, [][]byte{key}, pending, l.Marker())
+	e.step("complete")
 	if err != nil {
 		return err
 	}
@@ -161,10 +172,13 @@ func (e *Engine) adopt(h *hotKey, l *Layout) {
 }
 
 // readBuckets refreshes what h knows of every bucket and returns the sum.
-// The error is errGone when a bucket is missing (h is forgotten), else
-// the first bucket's node failure; the sum is then of the buckets read.
+// A bucket missing is what lose makes of it: errGone (h forgotten), or a
+// lostError when it is newly found lost (one known lost counts as empty,
+// without error); else the error is the first bucket's node failure. The
+// sum is then of the buckets read.
 func (e *Engine) readBuckets(h *hotKey, l *Layout) (sum int64, err error) {
 	at := e.now()
+	var missing []int
 	for i, r := range e.send(h, l.requests(nil, []byte("GET"))) {
 		if failed := replyErr(r); failed != nil {
 			// The others are still read: a deduct can go on with them,
@@ -178,15 +192,24 @@ func (e *Engine) readBuckets(h *hotKey, l *Layout) (sum int64, err error) {
 		b, ok := resp.BulkValue(r)
 		if !ok {
 			// A bucket gone: the layout ended (merged back, expired,
-			// deleted). Counting it as empty would conclude "sold out"
-			// from a layout that no longer holds the stock.
-			h.forget()
-			err = errGone
+			// deleted), and counting it as empty would conclude "sold
+			// out" from a layout that no longer holds the stock; or the
+			// bucket alone is lost, and the others still sell.
+			if h.isLost(l, i) {
+				h.last[i].Store(0)
+			} else {
+				missing = append(missing, i)
+			}
 			continue
 		}
 		v, _ := resp.ParseInt(b)
 		h.last[i].Store(v)
 		sum += v
+	}
+	if len(missing) > 0 {
+		if lerr := e.lose(h, l, missing...); err == nil || errors.Is(lerr, errGone) {
+			err = lerr
+		}
 	}
 	h.seen.Store(e.now())
 	if err == nil {

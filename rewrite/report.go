@@ -20,7 +20,10 @@ import (
 //
 // (the counters since this proxy started; see KeyStats)
 // so that redis-cli shows it as a list of fields; a key that does not
-// exist now has buckets 0.
+// exist now has buckets 0. A layout with buckets found lost has two more
+// fields: lost_buckets, [<bucket>…], lost_units, [<units>…], the units
+// each held when last seen (by the proxy that found it lost first, as
+// recorded in Redis); its values then show 0 for them.
 func (e *Engine) Report() []byte {
 	e.mu.Lock()
 	names := make([]string, 0, len(e.keys))
@@ -47,7 +50,7 @@ func (e *Engine) Report() []byte {
 		var sum int64
 		var values []int64
 		if st == stateHot {
-			if sum, err = e.readBuckets(h, l); err != nil {
+			if sum, err = e.readBuckets(h, l); err != nil && !isLost(err) {
 				out = append(out, errorReply(err)...)
 				continue
 			}
@@ -55,12 +58,21 @@ func (e *Engine) Report() []byte {
 				values = append(values, h.last[i].Load())
 			}
 		}
-		out = redcon.AppendArray(out, 30)
-		out = field(out, "key", []byte(k))
 		n := 0
+		var lost []int
 		if l != nil && st == stateHot {
 			n = l.N()
+			for b := range h.lostOf(l) {
+				lost = append(lost, b)
+			}
+			slices.Sort(lost)
 		}
+		if len(lost) > 0 {
+			out = redcon.AppendArray(out, 34)
+		} else {
+			out = redcon.AppendArray(out, 30)
+		}
+		out = field(out, "key", []byte(k))
 		out = field(out, "buckets", strconv.AppendInt(nil, int64(n), 10))
 		out = field(out, "sum", strconv.AppendInt(nil, sum, 10))
 		sold := "no"
@@ -98,6 +110,19 @@ func (e *Engine) Report() []byte {
 			{"upstream_calls", c.upstreamCalls.Load()},
 		} {
 			out = field(out, f.name, strconv.AppendUint(nil, f.n, 10))
+		}
+		if len(lost) > 0 {
+			units := h.lostOf(l)
+			out = redcon.AppendBulk(out, []byte("lost_buckets"))
+			out = redcon.AppendArray(out, len(lost))
+			for _, b := range lost {
+				out = redcon.AppendBulk(out, strconv.AppendInt(nil, int64(b), 10))
+			}
+			out = redcon.AppendBulk(out, []byte("lost_units"))
+			out = redcon.AppendArray(out, len(lost))
+			for _, b := range lost {
+				out = redcon.AppendBulk(out, strconv.AppendInt(nil, units[b], 10))
+			}
 		}
 	}
 	return append(redcon.AppendArray(nil, n), out...)

@@ -22,8 +22,8 @@ func newBucketScript(body string) *bucketScript {
 }
 
 // Each returns {a, b}: two integers; a is -2 when the bucket does not
-// exist: the hot key expired or was deleted behind this proxy's back, and
-// what it remembers of the key must go.
+// exist: the hot key expired or was deleted behind this proxy's back (or
+// the bucket alone is lost: lose tells which).
 var (
 	// deduct takes ARGV[1] from a bucket that holds that much: {1, left}
 	// or {0, what it holds}.
@@ -33,15 +33,6 @@ v = tonumber(v)
 local n = tonumber(ARGV[1])
 if v >= n then return {1, redis.call('decrby', KEYS[1], n)} end
 return {0, v}`)
-
-	// take takes up to ARGV[1] from what a bucket holds above zero:
-	// {taken, left}.
-	scriptTake = newBucketScript(`local v = redis.call('get', KEYS[1])
-if not v then return {-2, 0} end
-v = tonumber(v)
-local t = math.min(math.max(v, 0), tonumber(ARGV[1]))
-if t > 0 then v = redis.call('decrby', KEYS[1], t) end
-return {t, v}`)
 
 	// add adds ARGV[1], which may be negative, to a bucket: {1, now}.
 	scriptAdd = newBucketScript(`if redis.call('exists', KEYS[1]) == 0 then return {-2, 0} end
@@ -83,38 +74,140 @@ if ttl > 0 then
 end
 return {1, 0}`)
 
-	// complete replaces a pending layout (ARGV[1]) by the complete one
-	// (ARGV[2]), TTL kept, once every bucket is made: {1, 0}, or {0, 0}
-	// when the key holds something else by now.
-	scriptComplete = newBucketScript(`if redis.call('get', KEYS[1]) ~= ARGV[1] then return {0, 0} end
+	// swap replaces the marker ARGV[1] by ARGV[2], TTL kept: a pending
+	// layout by the complete one once every bucket is made. {1, 0}, or
+	// {0, 0} when the key holds something else by now.
+	scriptSwap = newBucketScript(`if redis.call('get', KEYS[1]) ~= ARGV[1] then return {0, 0} end
 redis.call('set', KEYS[1], ARGV[2], 'KEEPTTL')
 return {1, 0}`)
+)
 
-	// merge ends a layout (ARGV[1], held by KEYS[1]): the key takes bucket
-	// 0's value (KEYS[2], same slot), TTL kept, and bucket 0 goes. {1, 0},
-	// or {0, 0} when the key holds something else by now.
-	scriptMerge = newBucketScript(`if redis.call('get', KEYS[1]) ~= ARGV[1] then return {0, 0} end
-local v = redis.call('get', KEYS[2]) or '0'
-redis.call('set', KEYS[1], v, 'KEEPTTL')
-redis.call('del', KEYS[2])
+// The scripts of a move of stock between two buckets of a layout (see
+// "Moves between buckets" in doc.go). Each keeps its record keys (a
+// bucket's intents and applied marks) to the bucket's TTL plus
+// appliedKeep, or to none when the bucket has none, so that they outlive
+// the bucket and never a move in flight.
+const luaMoveLib = `local function nowms()
+  local t = redis.call('time')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function keep(record, ttl, extra)
+  if ttl > 0 then redis.call('pexpire', record, ttl + extra) else redis.call('persist', record) end
+end
+local function intend(intents, id, to, amount, ttl, extra)
+  redis.call('hset', intents, id, to .. ' ' .. string.format('%d', amount) .. ' ' .. string.format('%d', nowms()))
+  keep(intents, ttl, extra)
+end
+`
+
+var (
+	// take is a move's first step, on its source bucket (KEYS[1]): it
+	// takes up to ARGV[1] from what the bucket holds above zero and, in
+	// the same step, records the move in the bucket's intents (KEYS[2]):
+	// id ARGV[2] -> "<to> <amount> <created ms>", to ARGV[3], the TTL
+	// ARGV[4] ms past the bucket's. {taken, left}; nothing is recorded
+	// when nothing is taken.
+	scriptTake = newBucketScript(luaMoveLib + `local v = redis.call('get', KEYS[1])
+if not v then return {-2, 0} end
+v = tonumber(v)
+local t = math.min(math.max(v, 0), tonumber(ARGV[1]))
+if t > 0 then
+  v = redis.call('decrby', KEYS[1], t)
+  intend(KEYS[2], ARGV[2], ARGV[3], t, redis.call('pttl', KEYS[1]), tonumber(ARGV[4]))
+end
+return {t, v}`)
+
+	// drain is take for a merge: the whole bucket, whatever its sign, and
+	// the bucket key goes, in the same step. {value, 1}, nothing recorded
+	// when it held 0; {0, 0} when it does not exist (drained already).
+	scriptDrain = newBucketScript(luaMoveLib + `local v = redis.call('get', KEYS[1])
+if not v then return {0, 0} end
+local ttl = redis.call('pttl', KEYS[1])
+redis.call('del', KEYS[1])
+v = tonumber(v)
+if v ~= 0 then intend(KEYS[2], ARGV[2], ARGV[3], v, ttl, tonumber(ARGV[4])) end
+return {v, 1}`)
+
+	// apply is a move's second step, on its target bucket (KEYS[1]): it
+	// adds ARGV[2] and marks move ARGV[1] applied in the bucket's applied
+	// marks (KEYS[3], a sorted set scored by the time in ms), in one step,
+	// unless it is marked already: so applying a move twice is applying
+	// it once. {1, now} applied, {2, now} applied before, {-2, 0} when the
+	// bucket does not exist (the move is to be undone).
+	scriptApply = newBucketScript(luaMoveLib + `if redis.call('zscore', KEYS[2], ARGV[1]) then return {2, tonumber(redis.call('get', KEYS[1]) or '0')} end
+if redis.call('exists', KEYS[1]) == 0 then return {-2, 0} end
+local v = redis.call('incrby', KEYS[1], ARGV[2])
+redis.call('zadd', KEYS[2], nowms(), ARGV[1])
+keep(KEYS[2], redis.call('pttl', KEYS[1]), tonumber(ARGV[3]))
+return {1, v}`)
+
+	// undo ends a move whose target is gone, on its source bucket
+	// (KEYS[1]): the amount its intent (ARGV[1] in KEYS[2]) records goes
+	// back, and the intent goes, in one step, so that it is given back
+	// once. {1, now}; {0, 0} when the intent is gone (finished already);
+	// {-2, 0} when the source is gone too: the stock went with the
+	// layout.
+	scriptUndo = newBucketScript(`local m = redis.call('hget', KEYS[2], ARGV[1])
+if not m then return {0, 0} end
+redis.call('hdel', KEYS[2], ARGV[1])
+if redis.call('exists', KEYS[1]) == 0 then return {-2, 0} end
+return {1, redis.call('incrby', KEYS[1], string.match(m, '^%S+ (%S+)'))}`)
+
+	// moves lists what a bucket (KEYS[3]) has of moves, for recovery:
+	// {now ms, exists 0|1, [id, "<to> <amount> <created ms>"…] of its
+	// intents (KEYS[1]), [id…] of its applied marks (KEYS[2]) older than
+	// ARGV[1] ms, at most 1000}.
+	scriptMoves = newBucketScript(luaMoveLib + `local now = nowms()
+return {now, redis.call('exists', KEYS[3]), redis.call('hgetall', KEYS[1]),
+  redis.call('zrangebyscore', KEYS[2], '-inf', string.format('%d', now - tonumber(ARGV[1])), 'LIMIT', 0, 1000)}`)
+
+	// mark starts (or joins) merging a layout back into its key, on the
+	// key's slot: the key (KEYS[1]) goes from the complete marker
+	// ARGV[1] to the merging one ARGV[2], TTL kept, and bucket 0 (KEYS[2])
+	// is made, empty, if it is missing (lost), so that the drains have
+	// somewhere to go. {1, 0}, or {0, 0} when the key holds neither.
+	scriptMark = newBucketScript(`local v = redis.call('get', KEYS[1])
+if v == ARGV[1] then redis.call('set', KEYS[1], ARGV[2], 'KEEPTTL') elseif v ~= ARGV[2] then return {0, 0} end
+if redis.call('exists', KEYS[2]) == 0 then redis.call('set', KEYS[2], '0') end
 return {1, 0}`)
 
-	// drain deletes a bucket and returns what it held: {value, 0} (0 when
-	// it did not exist).
-	scriptDrain = newBucketScript(`local v = tonumber(redis.call('get', KEYS[1]) or '0')
-redis.call('del', KEYS[1])
-return {v, 0}`)
+	// flip ends a merge, on the key's slot: the key (KEYS[1], holding the
+	// merging marker ARGV[1]) takes bucket 0's value (KEYS[2]), TTL kept,
+	// and bucket 0 goes with its applied marks (KEYS[3]) and the lost
+	// record (KEYS[4]). {1, 0}, or {0, 0} when the key holds something
+	// else by now (another proxy flipped it).
+	scriptFlip = newBucketScript(`if redis.call('get', KEYS[1]) ~= ARGV[1] then return {0, 0} end
+local v = redis.call('get', KEYS[2]) or '0'
+redis.call('set', KEYS[1], v, 'KEEPTTL')
+redis.call('del', KEYS[2], KEYS[3], KEYS[4])
+return {1, 0}`)
+
+	// lose records that bucket ARGV[2] of the layout ARGV[1] is lost (its
+	// key missing), on the key's slot, if the key (KEYS[1]) still holds
+	// that layout and is not about to expire (PTTL -1 or ARGV[4] ms or
+	// more: buckets may expire a moment before the key). The record
+	// (KEYS[2], a hash: bucket -> "<units> <detected ms>") keeps the units
+	// that whoever found it first last saw there (ARGV[3]), for
+	// reconciliation, with the key's TTL. {1, units} recorded now, {2,
+	// units} recorded before, {0, 0} when the key holds something else
+	// (the layout ended), {-1, 0} when it is about to expire.
+	scriptLose = newBucketScript(luaMoveLib + `if redis.call('get', KEYS[1]) ~= ARGV[1] then return {0, 0} end
+local ttl = redis.call('pttl', KEYS[1])
+if ttl >= 0 and ttl < tonumber(ARGV[4]) then return {-1, 0} end
+if redis.call('hsetnx', KEYS[2], ARGV[2], ARGV[3] .. ' ' .. string.format('%d', nowms())) == 1 then
+  if ttl > 0 then redis.call('pexpire', KEYS[2], ttl) end
+  return {1, tonumber(ARGV[3])}
+end
+return {2, tonumber(string.match(redis.call('hget', KEYS[2], ARGV[2]), '^(%S+)'))}`)
 )
 
 // eval runs a bucket script on the node of route: EVALSHA, then EVAL when
 // the node has not got it. {a, b} is the script's reply; the error is the
 // node's, or a redisError holding a reply that is not a pair.
 func (e *Engine) eval(h *hotKey, s *bucketScript, route []byte, keys [][]byte, argv ...[]byte) (a, b int64, err error) {
-	args := make([][]byte, 0, 3+len(keys)+len(argv))
-	args = append(args, evalsha, s.sha, numKeys[len(keys)])
-	args = append(append(args, keys...), argv...)
+	args := scriptArgs(s, keys, argv)
 	r := e.send(h, []Request{{Key: route, Args: args}})[0]
-	if err := replyErr(r); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+	if noScript(r) {
 		args[0], args[1] = []byte("EVAL"), s.body
 		r = e.send(h, []Request{{Key: route, Args: args}})[0]
 	}
@@ -125,11 +218,66 @@ func (e *Engine) eval(h *hotKey, s *bucketScript, route []byte, keys [][]byte, a
 	return a, b, nil
 }
 
+// scriptCall is one run of a bucket script, for evalAll; or, with s nil,
+// one plain command (args).
+type scriptCall struct {
+	s     *bucketScript
+	route []byte   // the key whose node runs it
+	args  [][]byte // EVALSHA's: sha, numkeys, keys, argv
+}
+
+func newScriptCall(s *bucketScript, route []byte, keys [][]byte, argv ...[]byte) scriptCall {
+	return scriptCall{s: s, route: route, args: scriptArgs(s, keys, argv)}
+}
+
+// evalAll runs calls all at once: EVALSHA (a plain command as it is),
+// then EVAL again, all at once, for those whose node had not got the
+// script. The raw replies, in order.
+func (e *Engine) evalAll(h *hotKey, calls []scriptCall) [][]byte {
+	if len(calls) == 0 {
+		return nil
+	}
+	reqs := make([]Request, len(calls))
+	for i, c := range calls {
+		reqs[i] = Request{Key: c.route, Args: c.args}
+	}
+	replies := e.send(h, reqs)
+	var again []Request
+	var at []int
+	for i, r := range replies {
+		if calls[i].s != nil && noScript(r) {
+			args := append([][]byte{[]byte("EVAL"), calls[i].s.body}, calls[i].args[2:]...)
+			again = append(again, Request{Key: calls[i].route, Args: args})
+			at = append(at, i)
+		}
+	}
+	if len(again) > 0 {
+		for j, r := range e.send(h, again) {
+			replies[at[j]] = r
+		}
+	}
+	return replies
+}
+
+// scriptArgs are the arguments of EVALSHA of s with keys and argv.
+func scriptArgs(s *bucketScript, keys, argv [][]byte) [][]byte {
+	args := make([][]byte, 0, 3+len(keys)+len(argv))
+	args = append(args, evalsha, s.sha, numKeys[len(keys)])
+	return append(append(args, keys...), argv...)
+}
+
+// noScript reports whether r is the error of a node that has not got the
+// script (a new master after a failover, a SCRIPT FLUSH).
+func noScript(r []byte) bool {
+	err := replyErr(r)
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
 // EVALSHA's name and numkeys argument, made once: a deduct's request
 // costs no allocation for them.
 var (
 	evalsha = []byte("EVALSHA")
-	numKeys = [][]byte{[]byte("0"), []byte("1"), []byte("2")}
+	numKeys = [][]byte{[]byte("0"), []byte("1"), []byte("2"), []byte("3"), []byte("4")}
 )
 
 // pair reads a script's {a, b} reply.
@@ -144,16 +292,17 @@ func pair(r []byte) (a, b int64, ok bool) {
 	return a, b, ok1 && ok2
 }
 
-// bucketOp runs a bucket script on bucket key with one argument, arg, and
-// reads its {a, b} reply; a missing bucket is errGone, with h forgotten.
-func (e *Engine) bucketOp(h *hotKey, s *bucketScript, key []byte, arg int64) (a, b int64, err error) {
-	a, b, err = e.eval(h, s, key, [][]byte{key}, strconv.AppendInt(nil, arg, 10))
+// bucketOp runs a bucket script on bucket b of l with one argument, arg,
+// and reads its {a, b} reply; a missing bucket is what lose makes of it:
+// errGone (h forgotten), or a lostError when the bucket alone is lost.
+func (e *Engine) bucketOp(h *hotKey, l *Layout, b int, s *bucketScript, arg int64) (x, y int64, err error) {
+	key := l.Bucket(b)
+	x, y, err = e.eval(h, s, key, [][]byte{key}, strconv.AppendInt(nil, arg, 10))
 	switch {
 	case err != nil:
 		return 0, 0, err
-	case a == -2:
-		h.forget()
-		return 0, 0, errGone
+	case x == -2:
+		return 0, 0, e.lose(h, l, b)
 	}
-	return a, b, nil
+	return x, y, nil
 }

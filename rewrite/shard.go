@@ -2,10 +2,8 @@ package rewrite
 
 import (
 	"errors"
-	"strconv"
 	"time"
 
-	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
@@ -73,17 +71,21 @@ func (e *Engine) shard(key []byte, n int) error {
 	return nil
 }
 
-// Unshard turns a hot key back into one plain key holding the sum, live.
-// One proxy at a time (a lease next to bucket 0, 30 s at most): first
-// every bucket's stock is moved into bucket 0 while the key still holds
-// its layout, so deducts through any proxy go on; then, in one step on
-// the key's slot, the key takes bucket 0's value and bucket 0 goes; the
-// other proxies hear it, or find bucket 0 gone and read the key, and
-// relay as for a plain key. Once every proxy must have stopped using the
-// layout (the recheck interval, about a second, which the call waits),
-// each other bucket is deleted and whatever was given back to it meanwhile
-// is added to the key. A key that a rule of this proxy names is refused:
-// the proxy would convert it again at once.
+// Unshard turns a hot key back into one plain key holding the sum, live,
+// by a merge that any proxy can finish: in one step on the key's slot,
+// the key's layout is marked merging; then each bucket but 0 is drained
+// into bucket 0 by a move (taken whole, the bucket key deleted, in one
+// step with its intent; applied to bucket 0, idempotent), every move
+// still in flight is finished, and in one step on the key's slot the key
+// takes bucket 0's value and bucket 0 goes. A proxy that meets the
+// merging layout (its recheck, a bucket gone) finishes the merge in the
+// same idempotent steps and answers from the plain key; so a proxy killed
+// half way leaves nothing behind and blocks nothing. The other proxies
+// are told, and the call replies once every proxy must have stopped
+// using the layout (the recheck interval, about a second, which it
+// waits): from then on, none takes the key for hot (a SET through one
+// would make it hot again). A key that a rule of this proxy names is
+// refused: the proxy would convert it again at once.
 func (e *Engine) Unshard(key []byte) []byte {
 	if err := e.unshard(key); err != nil {
 		return errorReply(err)
@@ -105,45 +107,75 @@ func (e *Engine) unshard(key []byte) error {
 	case err != nil:
 		return err
 	}
-	lease := append(l.Bucket(0), ":unshard"...)
-	r, err := e.relay(h, Request{Key: lease, Args: [][]byte{[]byte("SET"), lease, []byte("1"), []byte("NX"), []byte("PX"), []byte("30000")}})
+	merging := *l
+	merging.Merging = true
+	err = e.merge(h, &merging)
+	e.Forget(key)
 	switch {
+	case errors.Is(err, errGone):
+		return &keyError{key: h.name, reason: "changed meanwhile (deleted or made again); nothing done"}
 	case err != nil:
 		return err
-	case string(r) != "+OK\r\n":
-		return &keyError{key: h.name, reason: "is being merged back by another proxy"}
 	}
-	defer e.send(h, []Request{{Key: lease, Args: [][]byte{[]byte("DEL"), lease}}})
-	h.slow.Lock()
-	defer h.slow.Unlock()
-	if err := e.consolidate(h, l, 1<<62); err != nil {
-		return err
-	}
-	code, _, err := e.eval(h, scriptMerge, key, [][]byte{key, l.Bucket(0)}, l.Marker())
+	e.clock.Sleep(recheck + 100*time.Millisecond)
+	return nil
+}
+
+// merge merges l, a merging layout, back into its key, or finishes doing
+// so (see Unshard): every step may be done again, by any proxy, at any
+// time, with the same outcome. errGone: the key holds neither l complete
+// nor l merging (it changed, or the merge was finished by another proxy
+// before this one began). The error is else the first node failure; the
+// merge is then left for whoever meets it next.
+func (e *Engine) merge(h *hotKey, l *Layout) error {
+	key := []byte(l.Key)
+	whole := *l
+	whole.Merging = false
+	code, _, err := e.eval(h, scriptMark, key, [][]byte{key, l.Bucket(0)}, whole.Marker(), l.Marker())
+	e.step("mark")
 	switch {
 	case err != nil:
 		return err
 	case code == 0:
-		e.Forget(key)
-		return &keyError{key: h.name, reason: "changed meanwhile (deleted or made again); nothing done"}
+		return errGone
 	}
-	e.Forget(key)
-	e.publish(h, '-')
-	e.clock.Sleep(recheck + 100*time.Millisecond)
-	for i := 1; i < l.N(); i++ {
-		b := l.Bucket(i)
-		v, _, err := e.eval(h, scriptDrain, b, [][]byte{b})
-		if err != nil {
-			return err
+	var calls []scriptCall
+	var ms []move
+	for b := 1; b < l.N(); b++ {
+		ms = append(ms, move{id: e.moveID(), from: b, to: 0})
+		bk := l.Bucket(b)
+		calls = append(calls, newScriptCall(scriptDrain, bk, [][]byte{bk, l.IntentsKey(b)}, []byte(ms[b-1].id), []byte("0"), keepMs))
+	}
+	replies := e.evalAll(h, calls)
+	e.step("drain")
+	var drained []move
+	for i, r := range replies {
+		v, was, ok := pair(r)
+		switch {
+		case !ok:
+			return &redisError{reply: r}
+		case was == 1 && v != 0:
+			ms[i].amount = v
+			drained = append(drained, ms[i])
 		}
-		if v != 0 {
-			// "Not an integer": a SET made the key hot again meanwhile,
-			// replacing the value these units were part of.
-			_, err := e.relay(h, Request{Key: key, Args: [][]byte{[]byte("INCRBY"), key, strconv.AppendInt(nil, v, 10)}})
-			if err != nil && err.Error() != rediserr.NotInteger {
-				return err
-			}
-		}
+	}
+	if _, err := e.settle(h, l, drained); err != nil {
+		return err
+	}
+	// The moves of others (a gather on a proxy that has not yet seen the
+	// merge, a drain of one that died) are finished too: after the
+	// drains, no move of this layout can begin, so none is missed.
+	if _, err := e.finishMoves(h, l, 0); err != nil {
+		return err
+	}
+	code, _, err = e.eval(h, scriptFlip, key, [][]byte{key, l.Bucket(0), l.AppliedKey(0), l.LostKey()}, l.Marker())
+	e.step("flip")
+	switch {
+	case err != nil:
+		return err
+	case code == 1:
+		h.forget()
+		e.publish(h, '-')
 	}
 	return nil
 }

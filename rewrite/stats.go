@@ -17,6 +17,8 @@ type keyCounters struct {
 	readsLocal     atomic.Uint64 // GETs answered from memory within read_staleness
 	ringHops       atomic.Uint64 // buckets a deduct script was run on
 	upstreamCalls  atomic.Uint64 // commands sent to Redis for the key
+	bucketsLost    atomic.Uint64 // buckets this proxy found lost, each once per layout
+	movesRecovered atomic.Uint64 // moves left unfinished by another (or an earlier) proxy that this one finished
 }
 
 // KeyStats is what PROXY HOTKEYS and the metrics show of one hot key: its
@@ -39,6 +41,16 @@ type KeyStats struct {
 	RingHops uint64
 	// UpstreamCalls counts every command sent to Redis for the key.
 	UpstreamCalls uint64
+	// BucketsLost counts the buckets this proxy found lost (their key
+	// missing while the layout names them), each once per layout;
+	// LostUnits is what the lost buckets of the layout known now held
+	// when last seen.
+	BucketsLost uint64
+	LostUnits   int64
+	// MovesRecovered counts the moves between buckets left unfinished
+	// (their proxy died or lost Redis half way) that this proxy finished
+	// or undid.
+	MovesRecovered uint64
 }
 
 // Met is the number of hot keys this proxy has met.
@@ -70,10 +82,15 @@ func (e *Engine) Stats() []KeyStats {
 			ReadsLocal:     c.readsLocal.Load(),
 			RingHops:       c.ringHops.Load(),
 			UpstreamCalls:  c.upstreamCalls.Load(),
+			BucketsLost:    c.bucketsLost.Load(),
+			MovesRecovered: c.movesRecovered.Load(),
 		}
 		if l := h.layout.Load(); l != nil {
 			for b := range l.N() {
 				out[i].Buckets = append(out[i].Buckets, h.last[b].Load())
+			}
+			for _, u := range h.lostOf(l) {
+				out[i].LostUnits += u
 			}
 		}
 	}

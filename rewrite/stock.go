@@ -72,10 +72,12 @@ func (e *Engine) soldOutSeen(h *hotKey, amount int64) bool {
 // moves stock into bucket 0 until that one does. Stock is never held
 // aside, so concurrent deducts (on any proxy) cannot each hold a part and
 // all fail; and "sold out" is concluded only from Redis: two fresh reads,
-// a moment apart so that a move in flight on another proxy is seen, both
-// short of the amount. ok is false when sold out. The error is errGone
-// when a bucket is missing, or a bucket's node failure when the stock of
-// the others does not cover the amount.
+// a moment apart, both short of the amount, each after every move found
+// in flight (on any proxy, or left by one that died) was finished, so that
+// no unit in transit between two buckets goes unseen. ok is false when
+// sold out. The error is errGone when a bucket is missing, a lostError
+// when the deduct met a bucket found lost, or a bucket's node failure
+// when the stock of the others does not cover the amount.
 func (e *Engine) deduct(h *hotKey, l *Layout, amount int64, client uint64) (ok bool, err error) {
 	if e.soldOut(h, amount) {
 		return false, nil
@@ -93,7 +95,7 @@ func (e *Engine) deduct(h *hotKey, l *Layout, amount int64, client uint64) (ok b
 			}
 			ok, err := e.tryDeduct(h, l, b, amount)
 			switch {
-			case ok || errors.Is(err, errGone):
+			case ok || errors.Is(err, errGone) || isLost(err):
 				return ok, err
 			case err != nil:
 				unreachable = err
@@ -113,7 +115,7 @@ func (e *Engine) deduct(h *hotKey, l *Layout, amount int64, client uint64) (ok b
 	for attempt := 0; attempt < 4 && short < 2; attempt++ {
 		sum, err := e.readBuckets(h, l)
 		switch {
-		case errors.Is(err, errGone):
+		case errors.Is(err, errGone) || isLost(err):
 			return false, err
 		case err != nil:
 			unreachable = err
@@ -124,6 +126,15 @@ func (e *Engine) deduct(h *hotKey, l *Layout, amount int64, client uint64) (ok b
 		if sum < amount {
 			if unreachable != nil {
 				return false, unreachable // stock may sit where we cannot see
+			}
+			// Stock in a move in flight is in no bucket: the move is
+			// finished here, whoever started it, and the buckets read
+			// again.
+			switch moved, err := e.finishMoves(h, l, 0); {
+			case err != nil:
+				return false, err
+			case moved > 0:
+				continue
 			}
 			short++
 			e.clock.Sleep(moveGap)
@@ -144,7 +155,7 @@ func (e *Engine) deduct(h *hotKey, l *Layout, amount int64, client uint64) (ok b
 // tryDeduct runs the deduct script on bucket b: ok when b covered amount.
 func (e *Engine) tryDeduct(h *hotKey, l *Layout, b int, amount int64) (ok bool, err error) {
 	h.count.ringHops.Add(1)
-	got, v, err := e.bucketOp(h, scriptDeduct, l.Bucket(b), amount)
+	got, v, err := e.bucketOp(h, l, b, scriptDeduct, amount)
 	if err != nil {
 		return false, err
 	}
@@ -153,28 +164,27 @@ func (e *Engine) tryDeduct(h *hotKey, l *Layout, b int, amount int64) (ok bool, 
 }
 
 // consolidate moves stock from the other buckets into bucket 0 until it
-// holds want (or everything is there): take from one, add to the other.
+// holds want (or everything is there), one move at a time: taken from
+// one with its intent, applied to bucket 0 (see "Moves between buckets"
+// in the package doc). A bucket found lost is passed over: it has
+// nothing to give. A move a node failed is left to whoever looks next.
 func (e *Engine) consolidate(h *hotKey, l *Layout, want int64) error {
 	for b := 1; b < l.N() && h.last[0].Load() < want; b++ {
-		need := want - h.last[0].Load()
-		t, v, err := e.bucketOp(h, scriptTake, l.Bucket(b), need)
-		if err != nil {
-			return err
-		}
-		h.last[b].Store(v)
-		if t == 0 {
+		if h.isLost(l, b) {
 			continue
 		}
-		_, v, err = e.bucketOp(h, scriptAdd, l.Bucket(0), t)
-		if err != nil {
-			// Bucket 0 is gone (the key was merged back, or deleted) or
-			// its node failed: the stock taken goes back where it was,
-			// which PROXY UNSHARD drains only after every proxy has
-			// stopped using the layout.
-			e.bucketOp(h, scriptAdd, l.Bucket(b), t)
+		m, err := e.startMove(h, l, b, 0, want-h.last[0].Load())
+		switch {
+		case isLost(err):
+			continue
+		case err != nil:
+			return err
+		case m.amount == 0:
+			continue
+		}
+		if _, err := e.settle(h, l, []move{m}); err != nil {
 			return err
 		}
-		h.last[0].Store(v)
 	}
 	return nil
 }
@@ -203,7 +213,7 @@ func (e *Engine) decrBy(h *hotKey, l *Layout, amount int64, client uint64) (cove
 			return false, err
 		}
 	}
-	_, v, err := e.bucketOp(h, scriptAdd, l.Bucket(0), -amount)
+	_, v, err := e.bucketOp(h, l, 0, scriptAdd, -amount)
 	if err != nil {
 		return false, err
 	}
@@ -216,7 +226,7 @@ func (e *Engine) decrBy(h *hotKey, l *Layout, amount int64, client uint64) (cove
 // elsewhere while the sum is below zero could be sold although a plain
 // key would have none. One call; INCRs do not spread over the buckets.
 func (e *Engine) incrBy(h *hotKey, l *Layout, amount int64) error {
-	_, v, err := e.bucketOp(h, scriptAdd, l.Bucket(0), amount)
+	_, v, err := e.bucketOp(h, l, 0, scriptAdd, amount)
 	if err != nil {
 		return err
 	}

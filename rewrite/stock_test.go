@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -84,48 +85,52 @@ func TestDeduct(t *testing.T) {
 			}), reply: num(19),
 		}}},
 		{"no bucket covers, together they do: gathered into bucket 0", config.RouteRandom, 1, []step{{
-			cmd: five, want: join(loaded(2, 2, 2, 2), reads(2, 2, 2, 2), []exchange{
-				{"EVALSHA take 1 k#1 3", pair2(2, 0)},
-				{"EVALSHA add 1 k#0 2", pair2(1, 4)},
-				{"EVALSHA take 1 k#2 1", pair2(1, 1)},
-				{"EVALSHA add 1 k#0 1", pair2(1, 5)},
-				{"EVALSHA deduct 1 k#0 5", pair2(1, 0)},
-			}), reply: num(3),
+			cmd: five, want: join(loaded(2, 2, 2, 2), reads(2, 2, 2, 2),
+				moveSteps(1, 3, "m1", 2, 0, 4), moveSteps(2, 1, "m2", 1, 1, 5),
+				[]exchange{{"EVALSHA deduct 1 k#0 5", pair2(1, 0)}}), reply: num(3),
 		}}},
-		{"together they cannot: sold out after two reads", config.RouteRandom, 0, []step{{
-			cmd: five, want: join(loaded(2, 1, 1, 0), reads(2, 1, 1, 0), reads(2, 1, 1, 0)), reply: num(-1),
+		{"together they cannot: sold out after two reads, no move in flight", config.RouteRandom, 0, []step{{
+			cmd: five, want: join(loaded(2, 1, 1, 0), reads(2, 1, 1, 0), sweep(), reads(2, 1, 1, 0), sweep()), reply: num(-1),
 		}}},
 		{"a move by another proxy seen on the second read", config.RouteRandom, 0, []step{{
-			cmd: five, want: join(loaded(2, 1, 1, 0), reads(2, 1, 1, 0), reads(5, 0, 0, 0),
+			cmd: five, want: join(loaded(2, 1, 1, 0), reads(2, 1, 1, 0), sweep(), reads(5, 0, 0, 0),
+				[]exchange{{"EVALSHA deduct 1 k#0 5", pair2(1, 0)}}), reply: num(0),
+		}}},
+		{"a move in flight (another proxy's, or a dead one's) finished, not sold out", config.RouteRandom, 0, []step{{
+			cmd: five, want: join(loaded(2, 2, 1, 0), reads(2, 2, 0, 0), []exchange{
+				{listMoves("k", 0), movesOf(true, nil)},
+				{listMoves("k", 1), movesOf(true, nil)},
+				{listMoves("k", 2), movesOf(true, []string{"x9", "0 1 " + itoa(nowMs)})},
+				{listMoves("k", 3), movesOf(true, nil)},
+				{"EVALSHA apply 2 k#0 k#0:applied x9 1 <keep>", pair2(1, 3)},
+				{"HDEL k#2:intents x9", num(1)},
+			}, reads(3, 2, 0, 0), moveSteps(1, 2, "m1", 2, 0, 5),
 				[]exchange{{"EVALSHA deduct 1 k#0 5", pair2(1, 0)}}), reply: num(0),
 		}}},
 		{"gathered stock taken meanwhile: read again, sold out", config.RouteRandom, 1, []step{{
-			cmd: five, want: join(loaded(2, 2, 2, 2), reads(2, 2, 2, 2), []exchange{
-				{"EVALSHA take 1 k#1 3", pair2(2, 0)},
-				{"EVALSHA add 1 k#0 2", pair2(1, 4)},
-				{"EVALSHA take 1 k#2 1", pair2(1, 1)},
-				{"EVALSHA add 1 k#0 1", pair2(1, 5)},
-				{"EVALSHA deduct 1 k#0 5", pair2(0, 3)},
-			}, reads(3, 0, 1, 0), reads(3, 0, 1, 0)), reply: num(-1),
+			cmd: five, want: join(loaded(2, 2, 2, 2), reads(2, 2, 2, 2),
+				moveSteps(1, 3, "m1", 2, 0, 4), moveSteps(2, 1, "m2", 1, 1, 5),
+				[]exchange{{"EVALSHA deduct 1 k#0 5", pair2(0, 3)}},
+				reads(3, 0, 1, 0), sweep(), reads(3, 0, 1, 0), sweep()), reply: num(-1),
 		}}},
-		{"bucket 0's node fails the gather: the take is given back", config.RouteRandom, 0, []step{{
+		{"bucket 0's node fails the gather: the move is left to whoever looks next", config.RouteRandom, 0, []step{{
 			cmd: five, want: join(loaded(2, 2, 2, 2), reads(2, 2, 2, 2), []exchange{
-				{"EVALSHA take 1 k#1 3", pair2(2, 0)},
-				{"EVALSHA add 1 k#0 2", downR},
-				{"EVALSHA add 1 k#1 2", pair2(1, 2)},
+				{"EVALSHA take 2 k#1 k#1:intents 3 m1 0 <keep>", pair2(2, 0)},
+				{"EVALSHA apply 2 k#0 k#0:applied m1 2 <keep>", downR},
 			}), reply: downR,
 		}}},
-		{"bucket 0 gone in the gather: given back, the key read again", config.RouteRandom, 0, []step{{
+		{"bucket 0 gone in the gather: undone, the key read again", config.RouteRandom, 0, []step{{
 			cmd: five, want: join(loaded(2, 2, 2, 2), reads(2, 2, 2, 2), []exchange{
-				{"EVALSHA take 1 k#1 3", pair2(2, 0)},
-				{"EVALSHA add 1 k#0 2", pair2(-2, 0)},
-				{"EVALSHA add 1 k#1 2", pair2(1, 2)},
+				{"EVALSHA take 2 k#1 k#1:intents 3 m1 0 <keep>", pair2(2, 0)},
+				{"EVALSHA apply 2 k#0 k#0:applied m1 2 <keep>", pair2(-2, 0)},
+				{"EVALSHA undo 2 k#1 k#1:intents m1", pair2(1, 2)},
+				{"EVALSHA lose 2 k k#0:lost layout:0 1 2 3 0 2 1000", pair2(0, 0)},
 				{"GET k", nilR},
 			}), reply: num(-1),
 		}}},
 		{"a take fails: the node's error", config.RouteRandom, 0, []step{{
 			cmd: five, want: join(loaded(2, 2, 2, 2), reads(2, 2, 2, 2), []exchange{
-				{"EVALSHA take 1 k#1 3", errR("ERR something")},
+				{"EVALSHA take 2 k#1 k#1:intents 3 m1 0 <keep>", errR("ERR something")},
 			}), reply: errR("ERR something"),
 		}}},
 		{"a bucket's node down: passed over", config.RouteRandom, 0, []step{{
@@ -150,28 +155,37 @@ func TestDeduct(t *testing.T) {
 				{"EVALSHA deduct 1 k#3 1", pair2(1, 4)},
 			}, reply: num(14),
 		}}},
-		{"a bucket missing in the ring: the new layout is read", config.RouteRandom, 0, []step{{
+		{"a bucket missing in the ring, the layout replaced: the new layout is read", config.RouteRandom, 0, []step{{
 			cmd: one, want: join(loaded(5, 5, 5, 5), []exchange{
 				{"EVALSHA deduct 1 k#0 1", pair2(-2, 0)},
+				{"EVALSHA lose 2 k k#0:lost layout:0 1 2 3 0 5 1000", pair2(0, 0)},
 				{"GET k", bulk("hotkeyproxy-layout:1:b:0 1 2 3")},
 			}, reads(10, 0, 0, 0), []exchange{{"EVALSHA deduct 1 k#0 1", pair2(1, 9)}}), reply: num(9),
 		}}},
-		{"a bucket missing on the slow path's read", config.RouteRandom, 0, []step{{
+		{"a bucket missing on the slow path's read, the key gone", config.RouteRandom, 0, []step{{
 			cmd: one, want: join(loaded(0, 0, 0, 0), []exchange{
 				{"GET k#0", bulk("0")}, {"GET k#1", nilR}, {"GET k#2", bulk("0")}, {"GET k#3", bulk("0")},
+				{"EVALSHA lose 2 k k#0:lost layout:0 1 2 3 1 0 1000", pair2(0, 0)},
 				{"GET k", nilR},
 			}), reply: num(-1),
 		}}},
-		{"gone three times over: the key-gone error", config.RouteRandom, 0, []step{{
+		{"a bucket missing as the key expires: the key read again", config.RouteRandom, 0, []step{{
+			cmd: one, want: join(loaded(5, 5, 5, 5), []exchange{
+				{"EVALSHA deduct 1 k#0 1", pair2(-2, 0)},
+				{"EVALSHA lose 2 k k#0:lost layout:0 1 2 3 0 5 1000", pair2(-1, 0)},
+				{"GET k", nilR},
+			}), reply: num(-1),
+		}}},
+		{"the layout replaced three times over: the key-gone error", config.RouteRandom, 0, []step{{
 			cmd: one, want: join(
-				loaded(5, 5, 5, 5), []exchange{{"EVALSHA deduct 1 k#0 1", pair2(-2, 0)}},
-				loaded(5, 5, 5, 5), []exchange{{"EVALSHA deduct 1 k#0 1", pair2(-2, 0)}},
-				loaded(5, 5, 5, 5), []exchange{{"EVALSHA deduct 1 k#0 1", pair2(-2, 0)}},
+				loaded(5, 5, 5, 5), []exchange{{"EVALSHA deduct 1 k#0 1", pair2(-2, 0)}, {"EVALSHA lose 2 k k#0:lost layout:0 1 2 3 0 5 1000", pair2(0, 0)}},
+				loaded(5, 5, 5, 5), []exchange{{"EVALSHA deduct 1 k#0 1", pair2(-2, 0)}, {"EVALSHA lose 2 k k#0:lost layout:0 1 2 3 0 5 1000", pair2(0, 0)}},
+				loaded(5, 5, 5, 5), []exchange{{"EVALSHA deduct 1 k#0 1", pair2(-2, 0)}, {"EVALSHA lose 2 k k#0:lost layout:0 1 2 3 0 5 1000", pair2(0, 0)}},
 			), reply: "-ERR hotkeyproxy: the key is gone\r\n",
 		}}},
 		{"a take answered with no pair: that reply, as it is", config.RouteRandom, 0, []step{{
 			cmd: five, want: join(loaded(2, 2, 2, 2), reads(2, 2, 2, 2), []exchange{
-				{"EVALSHA take 1 k#1 3", num(7)},
+				{"EVALSHA take 2 k#1 k#1:intents 3 m1 0 <keep>", num(7)},
 			}), reply: num(7),
 		}}},
 	} {
@@ -189,7 +203,7 @@ func TestDeduct(t *testing.T) {
 // locally within soldout_ttl, for the amount sold out or more, and
 // forgotten on a give-back or when the buckets are read again.
 func TestSoldOutMemory(t *testing.T) {
-	soldOut := step{cmd: one, want: join(loaded(0, 0, 0, 0), reads(0, 0, 0, 0), reads(0, 0, 0, 0)), reply: num(-1)}
+	soldOut := step{cmd: one, want: join(loaded(0, 0, 0, 0), reads(0, 0, 0, 0), sweep(), reads(0, 0, 0, 0), sweep()), reply: num(-1)}
 	for _, tc := range []struct {
 		name  string
 		steps []step
@@ -200,7 +214,7 @@ func TestSoldOutMemory(t *testing.T) {
 			{cmd: five, reply: num(-1)},
 		}, 2},
 		{"a smaller amount than the one sold out asks Redis", []step{
-			{cmd: five, want: join(loaded(2, 1, 1, 0), reads(2, 1, 1, 0), reads(2, 1, 1, 0)), reply: num(-1)},
+			{cmd: five, want: join(loaded(2, 1, 1, 0), reads(2, 1, 1, 0), sweep(), reads(2, 1, 1, 0), sweep()), reply: num(-1)},
 			{cmd: one, want: []exchange{{"EVALSHA deduct 1 k#0 1", pair2(1, 1)}}, reply: num(3)},
 		}, 0},
 		// Past soldout_ttl the memory no longer answers (sold_out_local
@@ -248,31 +262,26 @@ func TestDebt(t *testing.T) {
 			{cmd: "DECRBY k 3", want: join(loaded(5, 5, 5, 5), []exchange{{"EVALSHA deduct 1 k#0 3", pair2(1, 2)}}), reply: num(17)},
 		}},
 		{"past the stock: the rest gathered, bucket 0 negative", []step{
-			{cmd: "DECRBY k 5", want: join(loaded(1, 1, 1, 0), reads(1, 1, 1, 0), reads(1, 1, 1, 0), []exchange{
-				{"EVALSHA take 1 k#1 " + big(1), pair2(1, 0)},
-				{"EVALSHA add 1 k#0 1", pair2(1, 2)},
-				{"EVALSHA take 1 k#2 " + big(2), pair2(1, 0)},
-				{"EVALSHA add 1 k#0 1", pair2(1, 3)},
-				{"EVALSHA take 1 k#3 " + big(3), pair2(0, 0)},
-				{"EVALSHA add 1 k#0 -5", pair2(1, -2)},
-			}), reply: num(-2)},
+			{cmd: "DECRBY k 5", want: join(loaded(1, 1, 1, 0), reads(1, 1, 1, 0), sweep(), reads(1, 1, 1, 0), sweep(),
+				moveSteps(1, 1<<62-1, "m1", 1, 0, 2), moveSteps(2, 1<<62-2, "m2", 1, 0, 3), moveSteps(3, 1<<62-3, "m3", 0, 0, 0),
+				[]exchange{{"EVALSHA add 1 k#0 -5", pair2(1, -2)}}), reply: num(-2)},
 			// Sold out for 5 is remembered: straight to the debt.
 			{cmd: "DECRBY k 5", want: []exchange{{"EVALSHA add 1 k#0 -5", pair2(1, -7)}}, reply: num(-7)},
 			{cmd: "INCRBY k 8", want: []exchange{{"EVALSHA add 1 k#0 8", pair2(1, 1)}}, reply: num(1)},
 		}},
 		{"DECR; if < 0, INCR back", []step{
-			{cmd: "DECR k", want: join(loaded(0, 0, 0, 0), reads(0, 0, 0, 0), reads(0, 0, 0, 0), []exchange{
+			{cmd: "DECR k", want: join(loaded(0, 0, 0, 0), reads(0, 0, 0, 0), sweep(), reads(0, 0, 0, 0), sweep(), []exchange{
 				{"EVALSHA add 1 k#0 -1", pair2(1, -1)},
 			}), reply: num(-1)},
 			{cmd: "INCR k", want: []exchange{{"EVALSHA add 1 k#0 1", pair2(1, 0)}}, reply: num(0)},
 		}},
 		{"a node fails the debt's gather", []step{
-			{cmd: "DECRBY k 5", want: join(loaded(1, 1, 1, 0), reads(1, 1, 1, 0), reads(1, 1, 1, 0), []exchange{
-				{"EVALSHA take 1 k#1 " + big(1), downR},
+			{cmd: "DECRBY k 5", want: join(loaded(1, 1, 1, 0), reads(1, 1, 1, 0), sweep(), reads(1, 1, 1, 0), sweep(), []exchange{
+				{"EVALSHA take 2 k#1 k#1:intents " + big(1) + " m1 0 <keep>", downR},
 			}), reply: downR},
 		}},
 		{"bucket 0's node fails the debt", []step{
-			{cmd: "DECR k", want: join(loaded(0, 0, 0, 0), reads(0, 0, 0, 0), reads(0, 0, 0, 0), []exchange{
+			{cmd: "DECR k", want: join(loaded(0, 0, 0, 0), reads(0, 0, 0, 0), sweep(), reads(0, 0, 0, 0), sweep(), []exchange{
 				{"EVALSHA add 1 k#0 -1", downR},
 			}), reply: downR},
 		}},
@@ -282,6 +291,7 @@ func TestDebt(t *testing.T) {
 		{"bucket 0 gone on a give-back: the new layout takes it", []step{
 			{cmd: "INCRBY k 2", want: join(loaded(0, 0, 0, 0), []exchange{
 				{"EVALSHA add 1 k#0 2", pair2(-2, 0)},
+				{"EVALSHA lose 2 k k#0:lost layout:0 1 2 3 0 0 1000", pair2(0, 0)},
 				{"GET k", bulk("hotkeyproxy-layout:1:b:0 1 2 3")},
 			}, reads(1, 1, 1, 1), []exchange{{"EVALSHA add 1 k#0 2", pair2(1, 3)}}), reply: num(6)},
 		}},
@@ -309,7 +319,7 @@ func TestStartBucketShare(t *testing.T) {
 			for n := 2; n <= 16; n++ {
 				cfg := config.Default()
 				cfg.Hotkeys.Keys = []config.KeyRule{{Match: "k", Buckets: n, Route: route}}
-				e := New(&fakeUpstream{t: t}, cfg)
+				e := New(&fakeUpstream{t: t}, cfg, slog.New(slog.DiscardHandler))
 				h := e.key([]byte("k"))
 				l := Place("k", n, m, owner)
 				l.groupByMaster(owner)
