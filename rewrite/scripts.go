@@ -118,14 +118,16 @@ end
 return {t, v}`)
 
 	// drain is take for a merge: the whole bucket, whatever its sign, and
-	// the bucket key goes, in the same step. {value, 1}, nothing recorded
-	// when it held 0; {0, 0} when it does not exist (drained already).
+	// the bucket key goes, in the same step; the intent is ARGV[1] to
+	// bucket ARGV[2], the TTL ARGV[3] ms past the bucket's. {value, 1},
+	// nothing recorded when it held 0; {0, 0} when it does not exist
+	// (drained already).
 	scriptDrain = newBucketScript(luaMoveLib + `local v = redis.call('get', KEYS[1])
 if not v then return {0, 0} end
 local ttl = redis.call('pttl', KEYS[1])
 redis.call('del', KEYS[1])
 v = tonumber(v)
-if v ~= 0 then intend(KEYS[2], ARGV[2], ARGV[3], v, ttl, tonumber(ARGV[4])) end
+if v ~= 0 then intend(KEYS[2], ARGV[1], ARGV[2], v, ttl, tonumber(ARGV[3])) end
 return {v, 1}`)
 
 	// apply is a move's second step, on its target bucket (KEYS[1]): it
