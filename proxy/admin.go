@@ -90,7 +90,7 @@ func (s *session) proxyCommand(args [][]byte) {
 		lines := []string{
 			"PROXY <subcommand>. Subcommands are:",
 			"HOTKEYS",
-			"    Each hot key met: its buckets (key, node, value), their sum, whether it is sold out, and counters.",
+			"    Each hot key met: its buckets (key, node, value), their sum, whether it is sold out, counters, and its lost buckets.",
 			"HOTKEYS DETECTED [<count>]",
 			"    The keys the detector estimates busiest (default 10): reads and writes per second, hot or not, since when.",
 			"SHARD <key> [<buckets>]",

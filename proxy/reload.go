@@ -23,8 +23,8 @@ var errNoReloader = errors.New("the proxy was not started from a config file")
 func (s *Server) config() *config.Config { return s.live.Load() }
 
 // Apply makes cfg, already validated, the running configuration for what
-// can change live: hot-key rules, deduct scripts, hotkeys.soldout_ttl and
-// read_staleness, the detector's settings, the client password and limits
+// can change live: hot-key rules, deduct scripts, hotkeys.soldout_ttl,
+// read_staleness and move_timeout, the detector's settings, the client password and limits
 // (limits for clients that connect from now on). No client is dropped. It
 // returns the YAML paths of the settings that differ from those the server
 // started with but only a restart applies.

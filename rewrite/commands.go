@@ -444,7 +444,8 @@ func (e *Engine) del(h *hotKey, args [][]byte) ([]byte, error) {
 }
 
 // expire answers EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT and PERSIST: on the
-// key, whose reply it is, then the same on the buckets when it applied.
+// key, whose reply it is, then the same on the buckets and their records
+// when it applied, so that they go with the key.
 func (e *Engine) expire(h *hotKey, args [][]byte) ([]byte, error) {
 	key := []byte(h.name)
 	l, st, err := e.load(h, false)
@@ -456,7 +457,8 @@ func (e *Engine) expire(h *hotKey, args [][]byte) ([]byte, error) {
 	if err != nil || st != stateHot || string(r) != ":1\r\n" {
 		return r, err
 	}
-	for _, br := range e.send(h, l.requests(nil, args[0], args[2:]...)) {
+	reqs := l.requests(nil, args[0], args[2:]...)
+	for _, br := range e.send(h, l.recordRequests(reqs, args[0], args[2:]...)) {
 		if err := replyErr(br); err != nil {
 			return nil, err
 		}

@@ -119,17 +119,34 @@ func (l *Layout) requests(dst []Request, cmd []byte, args ...[]byte) []Request {
 	return dst
 }
 
+// records are the keys of bucket i's records of moves, in its slot, and
+// for bucket 0 the layout's record of lost buckets too.
+func (l *Layout) records(i int) [][]byte {
+	r := [][]byte{l.IntentsKey(i), l.AppliedKey(i)}
+	if i == 0 {
+		r = append(r, l.LostKey())
+	}
+	return r
+}
+
 // dropRequests appends to dst, for each bucket of l, the command "cmd"
-// (DEL or UNLINK) of the bucket with its records of moves, and for bucket
-// 0 the layout's record of lost buckets too: all in the bucket's slot.
+// (DEL or UNLINK) of the bucket with its records, in one request: all are
+// in the bucket's slot.
 func (l *Layout) dropRequests(dst []Request, cmd []byte) []Request {
 	for i := range l.N() {
 		b := l.Bucket(i)
-		args := [][]byte{cmd, b, l.IntentsKey(i), l.AppliedKey(i)}
-		if i == 0 {
-			args = append(args, l.LostKey())
+		dst = append(dst, Request{Key: b, Args: append([][]byte{cmd, b}, l.records(i)...)})
+	}
+	return dst
+}
+
+// recordRequests appends to dst the command "cmd record args…" for each
+// record of each bucket of l, in bucket order.
+func (l *Layout) recordRequests(dst []Request, cmd []byte, args ...[]byte) []Request {
+	for i := range l.N() {
+		for _, r := range l.records(i) {
+			dst = append(dst, Request{Key: r, Args: append([][]byte{cmd, r}, args...)})
 		}
-		dst = append(dst, Request{Key: b, Args: args})
 	}
 	return dst
 }

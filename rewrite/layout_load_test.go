@@ -203,7 +203,8 @@ func TestReadStaleness(t *testing.T) {
 			{cmd: "GET k", want: []exchange{{"GET k", nilR}, {"GET k", nilR}}, reply: nilR},
 		}, 0},
 		{"EXPIRE ends it", time.Second, []step{first,
-			{cmd: "EXPIRE k -1", want: []exchange{{"EXPIRE k -1", num(1)}, {"EXPIRE k#0 -1", num(0)}, {"EXPIRE k#1 -1", num(0)}, {"EXPIRE k#2 -1", num(0)}, {"EXPIRE k#3 -1", num(0)}}, reply: num(1)},
+			{cmd: "EXPIRE k -1", want: join([]exchange{{"EXPIRE k -1", num(1)}, {"EXPIRE k#0 -1", num(0)}, {"EXPIRE k#1 -1", num(0)}, {"EXPIRE k#2 -1", num(0)}, {"EXPIRE k#3 -1", num(0)}},
+				onRecords("EXPIRE", " -1")), reply: num(1)},
 			{cmd: "GET k", want: []exchange{{"GET k", nilR}, {"GET k#0", nilR}, {"GET k#1", nilR}, {"GET k#2", nilR}, {"GET k#3", nilR}}, reply: nilR},
 		}, 0},
 	} {
@@ -231,6 +232,20 @@ func dropped(cmd string) []exchange {
 			req += " k#0:lost"
 		}
 		x = append(x, exchange{req, num(1)})
+	}
+	return x
+}
+
+// onRecords are the requests "cmd <record><args>" for each record of the
+// 4 buckets of k, answered 0 (there was none).
+func onRecords(cmd, args string) []exchange {
+	var x []exchange
+	for i := range 4 {
+		b := "k#" + strconv.Itoa(i)
+		x = append(x, exchange{cmd + " " + b + ":intents" + args, num(0)}, exchange{cmd + " " + b + ":applied" + args, num(0)})
+		if i == 0 {
+			x = append(x, exchange{cmd + " k#0:lost" + args, num(0)})
+		}
 	}
 	return x
 }
