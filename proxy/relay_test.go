@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -86,5 +87,57 @@ func TestPipelineBatched(t *testing.T) {
 	}
 	if n := be.Bursts(); n > 3 {
 		t.Errorf("300 pipelined commands reached the backend in %d bursts, want them batched", n)
+	}
+}
+
+// BenchmarkRelay is the relay's cost per request from client to upstream
+// and back: 64 clients pipeline depth PINGs through the proxy to a server
+// that answers at once.
+func BenchmarkRelay(b *testing.B) {
+	for _, depth := range []int{1, 16} {
+		b.Run(fmt.Sprintf("depth=%d", depth), func(b *testing.B) {
+			cfg := config.Default()
+			cfg.Upstream.Addrs = []string{redistest.StartPong(b)}
+			cfg.Listen, cfg.Metrics.Listen = "127.0.0.1:0", ""
+			srv, err := New(cfg, slog.New(slog.DiscardHandler))
+			if err != nil {
+				b.Fatal(err)
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			go srv.Serve(ln)
+			b.Cleanup(func() { srv.Shutdown(context.Background()) })
+			var req []byte
+			for range depth {
+				req = resp.AppendCommand(req, []byte("PING"))
+			}
+			b.SetParallelism(32)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				nc, br, err := dialClient(ln.Addr().String(), time.Hour)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				defer nc.Close()
+				var out []byte
+				for pb.Next() {
+					if _, err := nc.Write(req); err != nil {
+						b.Error(err)
+						return
+					}
+					out = out[:0]
+					for range depth {
+						if out, err = resp.ReadReply(br, out); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}
+			})
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*depth), "ns/request")
+		})
 	}
 }

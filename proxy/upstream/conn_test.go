@@ -296,3 +296,40 @@ func TestErrorText(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkConnSend is the shared connections' cost per request: 64
+// clients send batches of depth PINGs over a pool of 2 connections to a
+// server that answers at once, as sessions do.
+func BenchmarkConnSend(b *testing.B) {
+	for _, depth := range []int{1, 16} {
+		b.Run(fmt.Sprintf("depth=%d", depth), func(b *testing.B) {
+			addr := redistest.StartPong(b)
+			p := newPool(dialer{addr: addr, timeout: 5 * time.Second}, 2, Metrics{}.orNowhere().Node(addr), slog.New(slog.DiscardHandler))
+			b.Cleanup(p.close)
+			var ids atomic.Uint64
+			b.SetParallelism(32)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				conn, err := p.Get(0, ids.Add(1))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				bt := &Batch{DoneCh: make(chan struct{}, 1)}
+				for range depth {
+					bt.Req = resp.AppendCommand(bt.Req, []byte("PING"))
+				}
+				for pb.Next() {
+					bt.N, bt.Out, bt.Done, bt.OKLen, bt.Err = depth, bt.Out[:0], 0, 0, nil
+					conn.Send(bt)
+					<-bt.DoneCh
+					if bt.Err != nil || bt.Done != depth {
+						b.Errorf("%d of %d replies: %v", bt.Done, depth, bt.Err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*depth), "ns/request")
+		})
+	}
+}
