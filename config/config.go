@@ -72,6 +72,12 @@ type Upstream struct {
 	// DialTimeout bounds connecting to a node, AUTH included. Must be > 0;
 	// default 1s.
 	DialTimeout Duration `yaml:"dial_timeout"`
+	// ReadTimeout bounds the wait for a reply, from the write of its
+	// request: past it the request fails ("-ERR upstream timeout …"), its
+	// connection is closed, and the node is probed. A blocking command
+	// (BLPOP, XREAD BLOCK, WAIT…) gets its own timeout on top of it.
+	// Must be > 0; default 5s, Redis's busy-reply-threshold.
+	ReadTimeout Duration `yaml:"read_timeout"`
 }
 
 // Limits bound client resources. The defaults are Redis's own.
@@ -225,6 +231,7 @@ func Default() *Config {
 			Addrs:        []string{"127.0.0.1:6379"},
 			ConnsPerNode: 2,
 			DialTimeout:  Duration(time.Second),
+			ReadTimeout:  Duration(5 * time.Second),
 		},
 		Limits: Limits{
 			MaxClients:  10000,
@@ -307,6 +314,7 @@ func (c *Config) validate() []*Error {
 		v.errorf("upstream.conns_per_node", "must be 1..64, got %d", u.ConnsPerNode)
 	}
 	v.positive("upstream.dial_timeout", u.DialTimeout)
+	v.positive("upstream.read_timeout", u.ReadTimeout)
 
 	l := &c.Limits
 	if l.MaxClients < 1 {

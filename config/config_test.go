@@ -100,6 +100,7 @@ func TestValidFile(t *testing.T) {
 			Password:     "upstream-secret",
 			ConnsPerNode: 4,
 			DialTimeout:  Duration(250 * time.Millisecond),
+			ReadTimeout:  Duration(2 * time.Second),
 		},
 		Limits: Limits{
 			MaxClients:  500,
@@ -161,6 +162,7 @@ func TestInvalidFixtures(t *testing.T) {
 		{"upstream-dial-timeout-zero", "upstream.dial_timeout: must be > 0"},
 		{"upstream-dial-timeout-bad", `upstream.dial_timeout: want a duration such as "250ms" or "1s", got "soon"`},
 		{"upstream-dial-timeout-number", `upstream.dial_timeout: want a duration`},
+		{"upstream-read-timeout-zero", "line 2: upstream.read_timeout: must be > 0, got 0s"},
 		{"upstream-password-list", "upstream.password: want a string, got a list"},
 		{"limits-max-clients-zero", "limits.max_clients: must be >= 1"},
 		{"limits-max-clients-string", `line 2: limits.max_clients: want an integer, got "lots"`},

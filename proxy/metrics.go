@@ -49,6 +49,7 @@ type metrics struct {
 
 	upstreamRequests *prometheus.CounterVec   // node
 	upstreamErrors   *prometheus.CounterVec   // node
+	upstreamTimeouts *prometheus.CounterVec   // node
 	upstreamSeconds  *prometheus.HistogramVec // node
 
 	moved, ask   prometheus.Counter
@@ -79,6 +80,10 @@ func newMetrics(reg *prometheus.Registry, clients func() int) *metrics {
 			Name: "hotkeyproxy_upstream_errors_total",
 			Help: "Transport failures with an upstream node, by node address: failed dials and broken connections. Redis error replies are not counted here.",
 		}, []string{"node"}),
+		upstreamTimeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hotkeyproxy_upstream_timeouts_total",
+			Help: "Upstream connections closed because a request had no reply within upstream.read_timeout (plus a blocking command's own timeout), by node address; every request in flight on it got \"ERR upstream timeout\". Also counted in hotkeyproxy_upstream_errors_total.",
+		}, []string{"node"}),
 		upstreamSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "hotkeyproxy_upstream_batch_duration_seconds",
 			Help:    "Time from writing a batch of pipelined requests to an upstream node's shared connection (one write: the requests of every client that queued meanwhile) until its last reply arrived, by node address.",
@@ -105,7 +110,7 @@ func newMetrics(reg *prometheus.Registry, clients func() int) *metrics {
 	m.reloadFailed = reloads.WithLabelValues(resultError)
 	reg.MustRegister(
 		m.commands, m.commandSeconds, m.rejectedClients,
-		m.upstreamRequests, m.upstreamErrors, m.upstreamSeconds,
+		m.upstreamRequests, m.upstreamErrors, m.upstreamTimeouts, m.upstreamSeconds,
 		redirects, reloads,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "hotkeyproxy_connected_clients",
@@ -149,6 +154,7 @@ func (m *metrics) node(addr string) *upstream.NodeMetrics {
 	return &upstream.NodeMetrics{
 		Requests: m.upstreamRequests.WithLabelValues(addr),
 		Errors:   m.upstreamErrors.WithLabelValues(addr),
+		Timeouts: m.upstreamTimeouts.WithLabelValues(addr),
 		Seconds:  m.upstreamSeconds.WithLabelValues(addr),
 	}
 }

@@ -21,6 +21,8 @@ func (s *session) startStream() {
 	}
 	s.streaming = true
 	s.nc.SetReadDeadline(time.Time{}) // Redis's timeout spares subscribers too
+	// A subscription is not timed: Redis sends when there is news.
+	s.own.nc.SetDeadline(time.Time{})
 	s.relayDone = make(chan struct{})
 	go s.relay(s.own)
 }

@@ -13,7 +13,7 @@ import (
 // Reply is how a Backend answers one command.
 type Reply struct {
 	Raw   string // RESP written back, one reply or several
-	Stall bool   // answer nothing and hold the connection until the test ends
+	Stall bool   // send the replies so far, then nothing: hold the connection until the test ends
 	Drop  bool   // write the replies so far, then close the connection
 }
 
@@ -112,6 +112,7 @@ func (b *Backend) serve(conn redcon.Conn, cmd redcon.Command) {
 		r := b.opts.Answer(args)
 		switch {
 		case r.Stall:
+			redcon.BaseWriter(conn).Flush()
 			<-b.release
 			conn.Close()
 			return

@@ -97,7 +97,7 @@ func (c *Cluster) Node(addr string) *Node {
 			password: string(c.cfg.Password),
 			timeout:  c.cfg.DialTimeout.Duration(),
 		}
-		n = &Node{Addr: addr, Pool: newPool(d, c.cfg.ConnsPerNode, c.m.Node(addr), c.log)}
+		n = &Node{Addr: addr, Pool: newPool(d, c.cfg.ConnsPerNode, c.cfg.ReadTimeout.Duration(), c.m.Node(addr), c.log)}
 		c.nodes[addr] = n
 	}
 	return n
@@ -206,7 +206,7 @@ func (c *Cluster) loadFrom(n *Node) error {
 		req = resp.AppendCommand(req, []byte("COMMAND"))
 		want++
 	}
-	replies, err := n.Pool.ask(req, want)
+	replies, err := n.Pool.Ask(req, want)
 	if err != nil {
 		return err
 	}

@@ -27,7 +27,7 @@ func testPool(t *testing.T, d dialer, perDB int, m *NodeMetrics) *Pool {
 	if m == nil {
 		m = Metrics{}.orNowhere().Node(d.addr)
 	}
-	p := newPool(d, perDB, m, slog.New(slog.DiscardHandler))
+	p := newPool(d, perDB, 5*time.Second, m, slog.New(slog.DiscardHandler))
 	t.Cleanup(p.close)
 	return p
 }
@@ -49,6 +49,9 @@ func echoBatch(client, round, depth int) (b *Batch, want []string) {
 func TestConnOrder(t *testing.T) {
 	be := redistest.StartBackend(t, redistest.BackendOptions{})
 	p := testPool(t, dialer{addr: be.Addr()}, 2, nil)
+	// Replacing stalled connections is TestStallBound's: under -race on a
+	// loaded machine a batch here can wait past stallAfter.
+	p.stallAfter = time.Minute
 
 	const clients, rounds, depth = 40, 50, 16
 	var wg sync.WaitGroup
@@ -304,7 +307,7 @@ func BenchmarkConnSend(b *testing.B) {
 	for _, depth := range []int{1, 16} {
 		b.Run(fmt.Sprintf("depth=%d", depth), func(b *testing.B) {
 			addr := redistest.StartPong(b)
-			p := newPool(dialer{addr: addr, timeout: 5 * time.Second}, 2, Metrics{}.orNowhere().Node(addr), slog.New(slog.DiscardHandler))
+			p := newPool(dialer{addr: addr, timeout: 5 * time.Second}, 2, 5*time.Second, Metrics{}.orNowhere().Node(addr), slog.New(slog.DiscardHandler))
 			b.Cleanup(p.close)
 			var ids atomic.Uint64
 			b.SetParallelism(32)

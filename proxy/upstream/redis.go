@@ -50,7 +50,7 @@ func New(cfg *config.Upstream, log *slog.Logger, m Metrics) (*Redis, error) {
 			password: string(cfg.Password),
 			timeout:  cfg.DialTimeout.Duration(),
 		}
-		return &Redis{Pool: newPool(d, cfg.ConnsPerNode, m.Node(d.addr), log)}, nil
+		return &Redis{Pool: newPool(d, cfg.ConnsPerNode, cfg.ReadTimeout.Duration(), m.Node(d.addr), log)}, nil
 	case config.ModeCluster:
 		return &Redis{Cluster: newCluster(cfg, log, m)}, nil
 	}
@@ -99,17 +99,14 @@ func (u *Redis) Do(reqs []rewrite.Request) [][]byte {
 	for _, q := range reqs {
 		req = resp.AppendCommand(req, q.Args...)
 	}
-	conn, err := u.Pool.Get(0, 0)
 	b := &Batch{Req: req, N: len(reqs), Ends: make([]int, 0, len(reqs)), DoneCh: make(chan struct{}, 1)}
-	if err == nil {
-		conn.Send(b)
-		<-b.DoneCh
-		err = b.Err
-	}
+	var conn *Conn
+	u.Pool.Send(&conn, 0, 0, b)
+	<-b.DoneCh
 	done := b.replies(nil)
 	copy(replies, done)
 	for i := len(done); i < len(replies); i++ {
-		replies[i] = redcon.AppendError(nil, ErrorText(err))
+		replies[i] = redcon.AppendError(nil, ErrorText(b.Err))
 	}
 	return replies
 }
@@ -160,7 +157,7 @@ func (u *Redis) KeyTable() *keyspec.Table {
 	if u.failedLately() {
 		return nil
 	}
-	replies, err := u.Pool.ask(resp.AppendCommand(nil, []byte("COMMAND")), 1)
+	replies, err := u.Pool.Ask(resp.AppendCommand(nil, []byte("COMMAND")), 1)
 	var k *keyspec.Table
 	if err == nil {
 		k, err = keyspec.Parse(replies[0])
