@@ -82,7 +82,7 @@ func newMetrics(reg *prometheus.Registry, clients func() int) *metrics {
 		}, []string{"node"}),
 		upstreamTimeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hotkeyproxy_upstream_timeouts_total",
-			Help: "Upstream connections closed because a request had no reply within upstream.read_timeout (plus a blocking command's own timeout), by node address; every request in flight on it got \"ERR upstream timeout\". Also counted in hotkeyproxy_upstream_errors_total.",
+			Help: "Upstream connections closed for want of a reply, by node address: a request waited past upstream.read_timeout (plus a blocking command's own timeout), or the node was found down with requests in flight. Every request in flight on it got \"ERR upstream timeout\". Also counted in hotkeyproxy_upstream_errors_total.",
 		}, []string{"node"}),
 		upstreamSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "hotkeyproxy_upstream_batch_duration_seconds",

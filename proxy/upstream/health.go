@@ -121,7 +121,7 @@ func (p *Pool) check() bool {
 	p.mu.Lock()
 	conns := append(p.watched[:0], p.live...)
 	p.mu.Unlock()
-	busy, timedOut := false, false
+	busy := false
 	for _, c := range conns {
 		since, state := time.Duration(c.since.Load()), c.state.Load()
 		switch {
@@ -134,9 +134,9 @@ func (p *Pool) check() bool {
 				c.state.And(^uint32(connStalled))
 			}
 		case now-since >= p.readTimeout:
+			p.suspect() // first, so that the clients told wait for the probe
 			p.m.Timeouts.Inc()
 			c.fail(&TimeoutError{Node: p.addr, After: p.readTimeout})
-			timedOut = true
 		case now-since >= p.stallAfter:
 			c.state.Or(connStalled)
 			busy = true
@@ -157,9 +157,6 @@ func (p *Pool) check() bool {
 	}
 	busy = busy || p.draining > 0
 	p.mu.Unlock()
-	if timedOut {
-		p.suspect()
-	}
 	return busy
 }
 
@@ -180,20 +177,26 @@ func (p *Pool) drain(c *Conn) bool {
 }
 
 // suspect probes the node after a request timed out on it, unless a
-// probe runs already.
+// probe runs already. Until its first answer, Get, Dial and Ask wait for
+// it (at most the dial timeout, twice) rather than send more requests
+// where one just timed out.
 func (p *Pool) suspect() {
 	if p.probing.CompareAndSwap(false, true) {
-		go p.probe()
+		first := make(chan struct{})
+		p.probed.Store(&first)
+		go p.probe(first)
 	}
 }
 
 // probe sends PING to the node on a connection of its own, within the
 // dial timeout, until any reply comes (an error reply such as BUSY or
 // LOADING is an answer too): then the node is up. While none comes the
-// node is down: Get, Dial and the proxy's own requests fail at once with
-// a DownError, its shared connections take no more requests, and the
-// probe is tried again every probeInterval. The transitions are logged.
-func (p *Pool) probe() {
+// node is down: the requests in flight on its shared connections fail
+// (TimeoutError, with how long each waited), Get, Dial and Ask fail at
+// once with a DownError, and the probe is tried again every
+// probeInterval. The transitions are logged. first is closed after the
+// first try.
+func (p *Pool) probe(first chan struct{}) {
 	defer p.probing.Store(false)
 	for {
 		_, err := p.exchange(p.dialer.dial, pingReq, 1)
@@ -202,22 +205,16 @@ func (p *Pool) probe() {
 			if p.state.Swap(nodeUp) == nodeDown {
 				p.log.Info("upstream node up", "node", p.addr)
 			}
+		} else {
+			p.markDown(err)
+		}
+		if first != nil {
+			p.probed.Store(nil)
+			close(first)
+			first = nil
+		}
+		if err == nil {
 			return
-		}
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			err = fmt.Errorf("no reply within %v, nor to PING within %v", p.readTimeout, p.timeout)
-		}
-		if p.down.Swap(&DownError{Node: p.addr, Cause: err}) == nil {
-			if p.state.Swap(nodeDown) != nodeDown {
-				p.log.Warn("upstream node down", "node", p.addr, "err", err)
-			}
-			p.mu.Lock()
-			for _, c := range p.live {
-				c.state.Or(connDraining) // idle ones close; the rest time out
-			}
-			p.mu.Unlock()
-			p.watch.arm()
 		}
 		select {
 		case <-p.quit:
@@ -225,6 +222,47 @@ func (p *Pool) probe() {
 		case <-time.After(probeInterval):
 		}
 	}
+}
+
+// markDown records that the node did not answer a probe (err): see probe.
+func (p *Pool) markDown(err error) {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		err = fmt.Errorf("no reply within %v, nor to PING within %v", p.readTimeout, p.timeout)
+	}
+	if p.down.Swap(&DownError{Node: p.addr, Cause: err}) != nil {
+		return
+	}
+	if p.state.Swap(nodeDown) != nodeDown {
+		p.log.Warn("upstream node down", "node", p.addr, "err", err)
+	}
+	now := monoNow()
+	p.mu.Lock()
+	live := slices.Clone(p.live)
+	p.mu.Unlock()
+	for _, c := range live {
+		c.state.Or(connDraining) // the idle ones close at the next tick
+		if since := time.Duration(c.since.Load()); since != 0 {
+			p.m.Timeouts.Inc()
+			c.fail(&TimeoutError{Node: p.addr, After: (now - since).Round(time.Millisecond)})
+		}
+	}
+	p.watch.arm()
+}
+
+// healthy waits for the first answer of a probe under way, then returns
+// the DownError while the node is down, else nil.
+func (p *Pool) healthy() error {
+	if first := p.probed.Load(); first != nil {
+		select {
+		case <-*first:
+		case <-p.quit:
+		}
+	}
+	if d := p.down.Load(); d != nil {
+		return d
+	}
+	return nil
 }
 
 // TimedOut reports that a request on a connection from Dial had no reply

@@ -23,7 +23,7 @@ type NodeMetrics struct {
 	Requests prometheus.Counter  // requests written to the shared connections
 	Errors   prometheus.Counter  // failed dials and broken connections; not Redis error replies
 	Seconds  prometheus.Observer // seconds from a write to its last reply, once per write
-	Timeouts prometheus.Counter  // connections closed for a reply overdue (TimeoutError)
+	Timeouts prometheus.Counter  // connections closed for a reply overdue (TimeoutError), also in Errors
 }
 
 // Metrics are what the upstream side counts. Nil fields count nowhere.
@@ -77,7 +77,8 @@ type Pool struct {
 	state       atomic.Int32 // nodeUnknown, nodeUp or nodeDown, as last seen
 	// down is set while the node does not answer probes: see probe.
 	down    atomic.Pointer[DownError]
-	probing atomic.Bool // a probe runs
+	probing atomic.Bool                   // a probe runs
+	probed  atomic.Pointer[chan struct{}] // closed at a probe's first answer; nil after it
 	watch   watchdog
 	quit    chan struct{} // closed by close
 	watched []*Conn       // the watchdog's scratch
@@ -132,11 +133,11 @@ func (p *Pool) DialTimeout() time.Duration { return p.timeout }
 // and in db. A failure to connect or authenticate is counted, and the
 // node going down (the first failure, or the first after a success) and
 // coming back are logged. Redis refusing SELECT is an answer, not a
-// failure: it comes back as a RedisError. While the node is down (see
-// probe) it fails at once with a DownError.
+// failure: it comes back as a RedisError. While the node is probed or
+// down it waits or fails as Get does.
 func (p *Pool) Dial(db int) (net.Conn, *bufio.Reader, error) {
-	if d := p.down.Load(); d != nil {
-		return nil, nil, d
+	if err := p.healthy(); err != nil {
+		return nil, nil, err
 	}
 	nc, br, err := p.dialer.dial(db)
 	var refused RedisError
@@ -160,11 +161,12 @@ func (p *Pool) Dial(db int) (net.Conn, *bufio.Reader, error) {
 // at most perDB are at a time; past that Get returns another usable
 // connection of db, else the stalled one. Callers are spread over the
 // perDB places by id. Clients that wait while a dial fails share its
-// error. The error is ErrClosed after Close, a DownError while the node
+// error. After a request timed out, Get waits for the node's probe (see
+// probe). The error is ErrClosed after Close, a DownError while the node
 // is down, a RedisError when Redis refused db, else the dial's.
 func (p *Pool) Get(db int, id uint64) (*Conn, error) {
-	if d := p.down.Load(); d != nil {
-		return nil, d
+	if err := p.healthy(); err != nil {
+		return nil, err
 	}
 	p.mu.Lock()
 	if p.closed {
@@ -272,7 +274,7 @@ func (p *Pool) Send(conn **Conn, db int, id uint64, b *Batch) {
 // SLOTS, COMMAND, PING) and those that must not wait behind the shared
 // connections (SCRIPT KILL). The dial timeout bounds it all: a node that
 // accepts but does not answer (stopped, overloaded) must not stall the
-// caller. While the node is down it fails at once with a DownError.
+// caller. While the node is probed or down it waits or fails as Get does.
 func (p *Pool) Ask(req []byte, n int) ([][]byte, error) { return p.exchange(p.Dial, req, n) }
 
 // exchange is Ask on a connection from dial.
