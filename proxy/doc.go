@@ -30,5 +30,10 @@
 // Failures: a Redis error reply is relayed and the connection stays. A
 // transport failure retires the connection; every request in flight gets
 // "-ERR upstream unavailable: …", and the next request dials again, so the
-// proxy recovers by itself when Redis returns.
+// proxy recovers by itself when Redis returns. No wait is unbounded: a
+// request with no reply within upstream.read_timeout gets "-ERR upstream
+// timeout: …" (package upstream times the shared connections; the session
+// its own connection, a blocking command by its own timeout on top, a
+// subscription not at all), and a client whose own connection timed out
+// is closed, as when that connection fails.
 package proxy

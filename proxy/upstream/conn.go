@@ -280,16 +280,14 @@ func (c *Conn) close() { c.fail(ErrClosed) }
 // is in flight on it; Send turns it away rather than fail a batch with it.
 var errDrained = fmt.Errorf("%w after a stall", ErrClosed)
 
-// closeIdle closes c when nothing is queued or in flight on it, and
-// reports whether it did (or c had failed already).
-func (c *Conn) closeIdle() bool {
+// closeIdle closes c when nothing is queued or in flight on it.
+func (c *Conn) closeIdle() {
 	c.mu.Lock()
 	if c.err == nil && (c.writing || len(c.pending) > 0 || len(c.inflight) > 0) {
 		c.mu.Unlock()
-		return false
+		return
 	}
 	c.retire(errDrained)
-	return true
 }
 
 // writeLoop sends queued batches while it holds the write side, which

@@ -21,6 +21,16 @@
 // itself when Redis returns. Waiting clients share one dial's failure
 // rather than wait a dial timeout each.
 //
+// Timeouts and node health (health.go): a watchdog per pool, ticking only
+// while requests are in flight, looks at each shared connection's oldest
+// request. Past 50 ms the connection is stalled (a script, KEYS *, a big
+// reply): new batches go on another, which Get dials in its place, at
+// most perDB more per node, and the stalled one closes once drained.
+// Past the read timeout it fails with a TimeoutError ("ERR upstream
+// timeout: …; the command may have run") and the node is probed with
+// PING; while no probe is answered the node is down and Get, Dial and
+// Ask fail at once with a DownError, without a dial each.
+//
 // The package counts into prometheus counters it is handed (Metrics); it
 // registers nothing.
 package upstream
