@@ -53,6 +53,18 @@ func sigstop(t *testing.T, pid int) (cont func()) {
 	return cont
 }
 
+// stopAWhile stops the process pid from t0 to t1, three read timeouts:
+// long enough for timeouts, the probe and the node found down.
+func stopAWhile(t *testing.T, pid int) (t0, t1 time.Time) {
+	t.Helper()
+	cont := sigstop(t, pid)
+	t0 = time.Now()
+	time.Sleep(3 * stopReadTimeout)
+	t1 = time.Now()
+	cont()
+	return t0, t1
+}
+
 // checkStopped checks what the clients of a stopped node saw from t0 to
 // t1: every client an error within stopErrorBound of t0, no call longer
 // than that, and only the proxy's timeout and node-down errors.
@@ -108,11 +120,7 @@ func TestStoppedUpstream(t *testing.T) {
 	load := startIncrLoad(t, e.ProxyAddr(), 20, "stopped", []int{0})
 	load.waitAllOK(t, time.Now(), 10*time.Second)
 
-	cont := sigstop(t, e.Redis.Pid())
-	t0 := time.Now()
-	time.Sleep(3 * stopReadTimeout)
-	t1 := time.Now()
-	cont()
+	t0, t1 := stopAWhile(t, e.Redis.Pid())
 	back := load.waitAllOK(t, t1, 10*time.Second)
 	t.Logf("every client served again %v after SIGCONT", back.Sub(t1).Round(time.Millisecond))
 	load.stop()
@@ -135,11 +143,7 @@ func TestClusterMasterStopped(t *testing.T) {
 	stopped.waitAllOK(t, time.Now(), 10*time.Second)
 	others.waitAllOK(t, time.Now(), 10*time.Second)
 
-	cont := sigstop(t, cl.Nodes()[0].Pid()) // master 0 serves range 0
-	t0 := time.Now()
-	time.Sleep(3 * stopReadTimeout)
-	t1 := time.Now()
-	cont()
+	t0, t1 := stopAWhile(t, cl.Nodes()[0].Pid()) // master 0 serves range 0
 	back := stopped.waitAllOK(t, t1, 10*time.Second)
 	t.Logf("every client of the stopped master served again %v after SIGCONT", back.Sub(t1).Round(time.Millisecond))
 	stopped.stop()

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,7 +15,7 @@ import (
 	"github.com/tidwall/redcon"
 )
 
-func startTestProxy(t *testing.T, upstream string, edit func(*config.Config)) string {
+func startTestProxy(t testing.TB, upstream string, edit func(*config.Config)) string {
 	t.Helper()
 	cfg := config.Default()
 	cfg.Upstream.Addrs = []string{upstream}
@@ -96,19 +95,7 @@ func TestPipelineBatched(t *testing.T) {
 func BenchmarkRelay(b *testing.B) {
 	for _, depth := range []int{1, 16} {
 		b.Run(fmt.Sprintf("depth=%d", depth), func(b *testing.B) {
-			cfg := config.Default()
-			cfg.Upstream.Addrs = []string{redistest.StartPong(b)}
-			cfg.Listen, cfg.Metrics.Listen = "127.0.0.1:0", ""
-			srv, err := New(cfg, slog.New(slog.DiscardHandler))
-			if err != nil {
-				b.Fatal(err)
-			}
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
-			}
-			go srv.Serve(ln)
-			b.Cleanup(func() { srv.Shutdown(context.Background()) })
+			addr := startTestProxy(b, redistest.StartPong(b), nil)
 			var req []byte
 			for range depth {
 				req = resp.AppendCommand(req, []byte("PING"))
@@ -116,7 +103,7 @@ func BenchmarkRelay(b *testing.B) {
 			b.SetParallelism(32)
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
-				nc, br, err := dialClient(ln.Addr().String(), time.Hour)
+				nc, br, err := dialClient(addr, time.Hour)
 				if err != nil {
 					b.Error(err)
 					return

@@ -238,7 +238,7 @@ func (s *stoppable) resume() {
 // transition is logged once.
 func TestNodeDown(t *testing.T) {
 	be := startStoppable(t)
-	var logs syncBuffer
+	var logs redistest.SyncBuffer
 	p := newPool(dialer{addr: be.Addr(), timeout: 200 * time.Millisecond}, 2, 300*time.Millisecond,
 		Metrics{}.orNowhere().Node(be.Addr()), slog.New(slog.NewTextHandler(&logs, nil)))
 	t.Cleanup(p.close)
@@ -327,22 +327,4 @@ func TestSendAfterDrainRace(t *testing.T) {
 	if n := be.Conns(); n <= 2 {
 		t.Logf("no stall replaced a connection (%d dialed)", n)
 	}
-}
-
-// syncBuffer is a bytes.Buffer for a logger on several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
