@@ -25,6 +25,10 @@ const (
 	// probeInterval is the pause between two probes of a node that is
 	// down.
 	probeInterval = time.Second
+	// probeIdle ends the probes of a node nobody asked for meanwhile (a
+	// cluster node failed over and gone), Pool.probeIdle: it is then
+	// dialed again, as a node never seen, when next asked for.
+	probeIdle = time.Minute
 )
 
 // TimeoutError fails the requests of a connection whose oldest request
@@ -194,17 +198,17 @@ func (p *Pool) suspect() {
 // node is down: the requests in flight on its shared connections fail
 // (TimeoutError, with how long each waited), Get, Dial and Ask fail at
 // once with a DownError, and the probe is tried again every
-// probeInterval. The transitions are logged. first is closed after the
-// first try.
+// probeInterval, for as long as clients ask for the node (p.probeIdle).
+// The transitions are logged. first is closed after the first try.
 func (p *Pool) probe(first chan struct{}) {
 	defer p.probing.Store(false)
 	for {
 		_, err := p.exchange(p.dialer.dial, pingReq, 1)
 		if err == nil {
-			p.down.Store(nil)
 			if p.state.Swap(nodeUp) == nodeDown {
 				p.log.Info("upstream node up", "node", p.addr)
 			}
+			p.down.Store(nil)
 		} else {
 			p.markDown(err)
 		}
@@ -214,6 +218,10 @@ func (p *Pool) probe(first chan struct{}) {
 			first = nil
 		}
 		if err == nil {
+			return
+		}
+		if monoNow()-time.Duration(p.refused.Load()) > p.probeIdle {
+			p.down.Store(nil) // still nodeDown: the next dial logs it up
 			return
 		}
 		select {
@@ -233,6 +241,7 @@ func (p *Pool) markDown(err error) {
 	if p.down.Swap(&DownError{Node: p.addr, Cause: err}) != nil {
 		return
 	}
+	p.refused.Store(int64(monoNow()))
 	if p.state.Swap(nodeDown) != nodeDown {
 		p.log.Warn("upstream node down", "node", p.addr, "err", err)
 	}
@@ -260,6 +269,7 @@ func (p *Pool) healthy() error {
 		}
 	}
 	if d := p.down.Load(); d != nil {
+		p.refused.Store(int64(monoNow()))
 		return d
 	}
 	return nil

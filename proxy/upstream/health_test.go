@@ -295,6 +295,31 @@ func TestNodeDown(t *testing.T) {
 	}
 }
 
+// TestProbeIdle: the probes of a down node stop once nobody has asked
+// for it for probeIdle; the next request dials it again.
+func TestProbeIdle(t *testing.T) {
+	be := startStoppable(t)
+	p := newPool(dialer{addr: be.Addr(), timeout: 100 * time.Millisecond}, 1, 200*time.Millisecond,
+		Metrics{}.orNowhere().Node(be.Addr()), slog.New(slog.DiscardHandler))
+	p.probeIdle = 300 * time.Millisecond
+	t.Cleanup(p.close)
+	be.stop()
+	var conn *Conn
+	b := batchOf("ECHO x")
+	p.Send(&conn, 0, 0, b)
+	wait(t, b, 10*time.Second, "ECHO on the stopped node")
+	var down *DownError
+	if _, err := p.Get(0, 0); !errors.As(err, &down) {
+		t.Fatalf("Get after the timeout: %v, want the node down", err)
+	}
+	eventually(t, "the probes stopped", func() bool { return !p.probing.Load() })
+	conns := be.Conns()
+	if _, err := p.Get(0, 0); err != nil {
+		t.Errorf("Get once the probes stopped: %v, want a dial", err)
+	}
+	eventually(t, "Get once the probes stopped dialed", func() bool { return be.Conns() == conns+1 })
+}
+
 // TestSendAfterDrainRace: many clients keep sending while connections
 // stall and are replaced and closed under them; none gets an error, and
 // every reply is the client's own, in order.

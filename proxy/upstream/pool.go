@@ -72,6 +72,7 @@ type Pool struct {
 	perDB       int
 	readTimeout time.Duration
 	stallAfter  time.Duration // stallAfter; tests change it before the first Get
+	probeIdle   time.Duration // probeIdle; likewise
 	m           *NodeMetrics
 	log         *slog.Logger
 	state       atomic.Int32 // nodeUnknown, nodeUp or nodeDown, as last seen
@@ -79,6 +80,7 @@ type Pool struct {
 	down    atomic.Pointer[DownError]
 	probing atomic.Bool                   // a probe runs
 	probed  atomic.Pointer[chan struct{}] // closed at a probe's first answer; nil after it
+	refused atomic.Int64                  // monoNow when a DownError was last answered
 	watch   watchdog
 	quit    chan struct{} // closed by close
 	watched []*Conn       // the watchdog's scratch
@@ -111,7 +113,7 @@ type sharedSlot struct {
 
 func newPool(d dialer, perDB int, readTimeout time.Duration, m *NodeMetrics, log *slog.Logger) *Pool {
 	return &Pool{
-		dialer: d, perDB: perDB, readTimeout: readTimeout, stallAfter: stallAfter, m: m, log: log,
+		dialer: d, perDB: perDB, readTimeout: readTimeout, stallAfter: stallAfter, probeIdle: probeIdle, m: m, log: log,
 		conns: make(map[int][]*sharedSlot),
 		watch: watchdog{wake: make(chan struct{}, 1)},
 		quit:  make(chan struct{}),
