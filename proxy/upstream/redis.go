@@ -38,21 +38,21 @@ var _ rewrite.Upstream = (*Redis)(nil)
 // New returns the upstream cfg describes, which must have passed
 // validation. A standalone server is dialed on first use; a cluster's
 // slot map is loaded before New returns when a seed answers, else in the
-// background, and kept fresh until Close. log gets the nodes going down
+// background, and kept fresh until Close. upstream.tls's files are read
+// here, once: a change to them needs a restart. log gets the nodes going down
 // and up and the slot map's changes.
 func New(cfg *config.Upstream, log *slog.Logger, m Metrics) (*Redis, error) {
 	m = m.orNowhere()
+	tlsBase, err := cfg.TLS.ClientConfig()
+	if err != nil {
+		return nil, err
+	}
 	switch cfg.Mode {
 	case config.ModeStandalone:
-		d := dialer{
-			addr:     cfg.Addrs[0],
-			username: cfg.Username,
-			password: string(cfg.Password),
-			timeout:  cfg.DialTimeout.Duration(),
-		}
+		d := newDialer(cfg, tlsBase, cfg.Addrs[0])
 		return &Redis{Pool: newPool(d, cfg.ConnsPerNode, m.Node(d.addr), log)}, nil
 	case config.ModeCluster:
-		return &Redis{Cluster: newCluster(cfg, log, m)}, nil
+		return &Redis{Cluster: newCluster(cfg, tlsBase, log, m)}, nil
 	}
 	return nil, fmt.Errorf("proxy: unknown upstream.mode %q", cfg.Mode)
 }
