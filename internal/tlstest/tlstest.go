@@ -46,14 +46,14 @@ type Cert struct {
 	TLS               tls.Certificate
 }
 
-// NewCA makes a CA named name (its common name) whose files live in a temp
+// NewCA makes a CA named name ("NAME test CA") whose files live in a temp
 // dir of tb, removed when the test ends.
 func NewCA(tb testing.TB, name string) *CA {
 	tb.Helper()
 	key := newKey(tb)
 	tmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(serial.Add(1)),
-		Subject:               pkix.Name{CommonName: name},
+		Subject:               pkix.Name{CommonName: name + " test CA"}, // never a leaf's: OpenSSL takes a leaf named as its issuer for self-signed
 		NotBefore:             time.Now().Add(-time.Hour),
 		NotAfter:              time.Now().Add(24 * time.Hour),
 		IsCA:                  true,
