@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"net"
 	"os"
 	"time"
 )
@@ -149,10 +150,11 @@ func (v *validator) validateListeners(c *Config) {
 	if len(v.errs) > before || t.Listen == "" {
 		return
 	}
-	switch t.Listen {
-	case c.Listen:
+	if _, port, _ := net.SplitHostPort(t.Listen); port == "0" {
+		// A free port each: they cannot clash.
+	} else if t.Listen == c.Listen {
 		v.errorf("tls.listen", "must differ from listen (%s)", c.Listen)
-	case c.Metrics.Listen:
+	} else if t.Listen == c.Metrics.Listen {
 		v.errorf("tls.listen", "must differ from metrics.listen (%s)", c.Metrics.Listen)
 	}
 	if _, err := t.load(); err != nil {
