@@ -88,6 +88,42 @@ func redisCLITLS(t *testing.T, addr string, args ...string) (string, bool) {
 	return c.out.String(), err == nil
 }
 
+// sessionChecks runs what a client's session holds state for, through c,
+// with other (another client of the same Redis) checking: a SET it sees,
+// MULTI/EXEC, and a subscription that gets what other publishes. prefix
+// names the keys and channel.
+func sessionChecks(t *testing.T, c, other *redis.Client, prefix string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := c.Set(ctx, prefix+":k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET: %v", err)
+	}
+	if v, err := other.Get(ctx, prefix+":k").Result(); err != nil || v != "v" {
+		t.Errorf("GET by another client = %q, %v", v, err)
+	}
+	cmds, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Incr(ctx, prefix+":n")
+		p.Incr(ctx, prefix+":n")
+		return nil
+	})
+	if err != nil || cmds[1].(*redis.IntCmd).Val() != 2 {
+		t.Errorf("MULTI/EXEC: %v %v", cmds, err)
+	}
+	sub := c.Subscribe(ctx, prefix+":ch")
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatalf("SUBSCRIBE: %v", err)
+	}
+	if err := other.Publish(ctx, prefix+":ch", "hello").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if m, err := sub.ReceiveMessage(rctx); err != nil || m.Payload != "hello" {
+		t.Errorf("message: %v, %v", m, err)
+	}
+}
+
 // servedCert is the certificate a fresh TLS handshake with addr presents.
 func servedCert(t *testing.T, addr string, conf *tls.Config) *x509.Certificate {
 	t.Helper()
@@ -113,35 +149,9 @@ func TestTLSClients(t *testing.T) {
 	srv, addr := startTLSProxy(t, cfg)
 	ctx := context.Background()
 	c := tlsClient(t, addr, &tls.Config{RootCAs: ca.Pool(), ServerName: "localhost"})
-	if err := c.Set(ctx, "tls:k", "v", 0).Err(); err != nil {
-		t.Fatalf("SET over TLS: %v", err)
-	}
 	plain := redis.NewClient(&redis.Options{Addr: srv.Addr().String(), Protocol: 2, MaxRetries: -1})
 	defer plain.Close()
-	if v, err := plain.Get(ctx, "tls:k").Result(); err != nil || v != "v" {
-		t.Errorf("GET on the plain listener = %q, %v", v, err)
-	}
-	cmds, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Incr(ctx, "tls:n")
-		p.Incr(ctx, "tls:n")
-		return nil
-	})
-	if err != nil || cmds[1].(*redis.IntCmd).Val() != 2 {
-		t.Errorf("MULTI/EXEC over TLS: %v %v", cmds, err)
-	}
-	sub := c.Subscribe(ctx, "tls:ch")
-	defer sub.Close()
-	if _, err := sub.Receive(ctx); err != nil {
-		t.Fatalf("SUBSCRIBE over TLS: %v", err)
-	}
-	if err := plain.Publish(ctx, "tls:ch", "hello").Err(); err != nil {
-		t.Fatal(err)
-	}
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if m, err := sub.ReceiveMessage(rctx); err != nil || m.Payload != "hello" {
-		t.Errorf("message over TLS: %v, %v", m, err)
-	}
+	sessionChecks(t, c, plain, "tls") // a TLS client, checked by a plain one
 	if _, err := tlsClient(t, addr, &tls.Config{RootCAs: tlstest.NewCA(t, "stranger").Pool()}).Ping(ctx).Result(); err == nil {
 		t.Error("a client that does not trust the proxy's CA was served")
 	}
@@ -330,20 +340,7 @@ func TestTLSUpstreamStandalone(t *testing.T) {
 	direct := redis.NewClient(&redis.Options{Addr: rs.Addr(), Protocol: 2}) // the plain port, to check
 	defer direct.Close()
 
-	if err := c.Set(ctx, "up:k", "v", 0).Err(); err != nil {
-		t.Fatalf("SET through a TLS upstream: %v", err)
-	}
-	if v, err := direct.Get(ctx, "up:k").Result(); err != nil || v != "v" {
-		t.Errorf("Redis holds up:k = %q, %v", v, err)
-	}
-	cmds, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Incr(ctx, "up:n")
-		p.Incr(ctx, "up:n")
-		return nil
-	})
-	if err != nil || cmds[1].(*redis.IntCmd).Val() != 2 {
-		t.Errorf("MULTI/EXEC on an own TLS connection: %v %v", cmds, err)
-	}
+	sessionChecks(t, c, direct, "up") // shared and own TLS connections upstream
 	conn := c.Conn()
 	defer conn.Close()
 	if err := conn.Select(ctx, 2).Err(); err != nil {
@@ -354,17 +351,6 @@ func TestTLSUpstreamStandalone(t *testing.T) {
 	}
 	if v, _ := direct.Do(ctx, "EVAL", "redis.call('select', 2) return redis.call('get', KEYS[1])", 1, "up:db2").Text(); v != "x" {
 		t.Errorf("db 2 holds up:db2 = %q", v)
-	}
-	sub := c.Subscribe(ctx, "up:ch")
-	defer sub.Close()
-	if _, err := sub.Receive(ctx); err != nil {
-		t.Fatalf("SUBSCRIBE over a TLS upstream: %v", err)
-	}
-	direct.Publish(ctx, "up:ch", "hi")
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if m, err := sub.ReceiveMessage(rctx); err != nil || m.Payload != "hi" {
-		t.Errorf("message over a TLS upstream: %v, %v", m, err)
 	}
 	// A hot key: its buckets and scripts go over TLS too.
 	if err := c.Set(ctx, "stock:tls", 100, 0).Err(); err != nil {

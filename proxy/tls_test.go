@@ -74,6 +74,18 @@ func tlsClient(addr string, conf *tls.Config) (*tls.Conn, *bufio.Reader, error) 
 	return nc, bufio.NewReader(nc), nil
 }
 
+// mustTLSClient is tlsClient that fails the test when the handshake
+// does, and closes the connection when it ends.
+func mustTLSClient(t *testing.T, addr string, conf *tls.Config) (*tls.Conn, *bufio.Reader) {
+	t.Helper()
+	nc, br, err := tlsClient(addr, conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	return nc, br
+}
+
 // echo sends ECHO word and checks the reply.
 func echo(t *testing.T, nc net.Conn, br *bufio.Reader, word string) {
 	t.Helper()
@@ -96,11 +108,7 @@ func TestTLSListener(t *testing.T) {
 	p := startTLSProxy(t, cert, nil)
 	roots := &tls.Config{RootCAs: ca.Pool()}
 
-	nc, br, err := tlsClient(p.tls, roots)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc, br := mustTLSClient(t, p.tls, roots)
 	echo(t, nc, br, "over-tls")
 	if got := nc.ConnectionState().PeerCertificates[0]; !got.Equal(cert.Leaf()) {
 		t.Fatalf("served %v, want the configured certificate", got.Subject)
@@ -121,11 +129,7 @@ func TestTLSListener(t *testing.T) {
 	if restart, err := p.srv.Apply(&cfg); err != nil || len(restart) != 0 {
 		t.Fatalf("Apply = %v, %v", restart, err)
 	}
-	nc2, br2, err := tlsClient(p.tls, roots)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc2.Close()
+	nc2, br2 := mustTLSClient(t, p.tls, roots)
 	if got := nc2.ConnectionState().PeerCertificates[0]; !got.Equal(rotated.Leaf()) {
 		t.Errorf("after the reload a new client got %v, want the rotated certificate", got.SerialNumber)
 	}
@@ -139,11 +143,7 @@ func TestTLSListener(t *testing.T) {
 	if _, err := p.srv.Apply(&bad); err == nil || !strings.Contains(err.Error(), "tls.key_file") {
 		t.Errorf("Apply of a mismatched key: %v, want an error naming tls.key_file", err)
 	}
-	nc3, _, err := tlsClient(p.tls, roots)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc3.Close()
+	nc3, _ := mustTLSClient(t, p.tls, roots)
 	if got := nc3.ConnectionState().PeerCertificates[0]; !got.Equal(rotated.Leaf()) {
 		t.Errorf("after a refused reload a new client got %v, want the rotated certificate still", got.SerialNumber)
 	}
@@ -168,11 +168,7 @@ func TestTLSHandshakeFailures(t *testing.T) {
 	p := startTLSProxy(t, ca.Issue(t, "proxy", "127.0.0.1"), func(c *config.Config) {
 		c.TLS.HandshakeTimeout = config.Duration(100 * time.Millisecond)
 	})
-	good, gbr, err := tlsClient(p.tls, &tls.Config{RootCAs: ca.Pool()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer good.Close()
+	good, gbr := mustTLSClient(t, p.tls, &tls.Config{RootCAs: ca.Pool()})
 
 	silent, err := net.Dial("tcp", p.tls)
 	if err != nil {
@@ -262,11 +258,7 @@ func TestTLSMutual(t *testing.T) {
 func TestTLSPipelineBeforeReading(t *testing.T) {
 	ca := tlstest.NewCA(t, "proxy")
 	p := startTLSProxy(t, ca.Issue(t, "proxy", "127.0.0.1"), nil)
-	nc, br, err := tlsClient(p.tls, &tls.Config{RootCAs: ca.Pool()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc, br := mustTLSClient(t, p.tls, &tls.Config{RootCAs: ca.Pool()})
 	const n = 4000
 	value := bytes.Repeat([]byte("v"), 2048) // 8 MB of replies, more than the sockets hold
 	var req []byte
