@@ -147,6 +147,14 @@ type Hotkeys struct {
 	// "sold out" for an amount, and answers the same without asking Redis.
 	// 0 never remembers; must not be negative; default 100ms.
 	SoldoutTTL Duration `yaml:"soldout_ttl"`
+	// ReadStaleness lets GET and MGET of a hot key answer from the sum
+	// this proxy last read of every bucket, with its own deducts and
+	// give-backs since, while that read is younger than this: a product
+	// page polling the stock then costs no upstream call. What it hides
+	// is other proxies' changes and the key's expiry, for at most this
+	// long. 0 (the default) reads every bucket on each GET; must not be
+	// negative.
+	ReadStaleness Duration `yaml:"read_staleness"`
 }
 
 // KeyRule marks the keys matching Match as hot.
@@ -377,6 +385,7 @@ func (c *Config) validate() []*Error {
 		}
 	}
 	v.nonNegative("hotkeys.soldout_ttl", h.SoldoutTTL)
+	v.nonNegative("hotkeys.read_staleness", h.ReadStaleness)
 
 	seenName := map[string]string{}
 	seenBody := map[string]string{}

@@ -125,6 +125,7 @@ func TestValidFile(t *testing.T) {
 				DryRun:     true,
 				Demote:     true,
 			},
+			ReadStaleness: Duration(250 * time.Millisecond),
 		},
 		Scripts: []Script{
 			{Name: "take", Body: "return redis.call('decrby', KEYS[1], ARGV[2])", Amount: Amount{ArgvIndex: 2}},
@@ -191,6 +192,7 @@ func TestInvalidFixtures(t *testing.T) {
 		{"detect-promote-empty", "hotkeys.detect.promote[0]: must not be empty"},
 		{"detect-enabled-not-bool", `hotkeys.detect.enabled: want true or false, got "yes please"`},
 		{"soldout-ttl-negative", "hotkeys.soldout_ttl: must not be negative"},
+		{"read-staleness-negative", "hotkeys.read_staleness: must not be negative"},
 		{"scripts-name-empty", "line 2: scripts[0].name: must not be empty"},
 		{"scripts-name-dup", `line 3: scripts[1].name: "d" is listed twice`},
 		{"scripts-body-empty", "scripts[0].body: must not be empty"},

@@ -29,6 +29,11 @@ type clientWriter struct {
 	limit int             // most bytes queued for the background writer
 	tls   *tls.Conn       // set by wrapTLS: replies are written through it
 
+	// tryWrite's state, of the session's goroutine only (of the tls.Conn's
+	// writer, which holds its own lock around every record, over TLS).
+	try     tryState
+	writeFD func(fd uintptr) bool
+
 	mu      sync.Mutex
 	queue   [][]byte
 	queued  int
@@ -41,7 +46,15 @@ func newClientWriter(nc net.Conn, limit int) *clientWriter {
 	if sc, ok := nc.(syscall.Conn); ok {
 		w.raw, _ = sc.SyscallConn()
 	}
+	w.writeFD = w.writeStep
 	return w
+}
+
+// tryState is one tryWrite: what to write, how much went, why it stopped.
+type tryState struct {
+	p   []byte
+	n   int
+	err error
 }
 
 // wrapTLS makes w a TLS server's writer and returns the connection to
@@ -127,30 +140,36 @@ func (w *clientWriter) tryWrite(p []byte) (int, error) {
 	if w.raw == nil {
 		return w.nc.Write(p)
 	}
-	n := 0
-	var werr error
-	err := w.raw.Write(func(fd uintptr) bool {
-		for n < len(p) {
-			m, err := syscall.Write(int(fd), p[n:])
-			if m > 0 {
-				n += m
-			}
-			if err == syscall.EINTR {
-				continue
-			}
-			if err != nil {
-				if err != syscall.EAGAIN {
-					werr = err
-				}
-				break
-			}
-		}
-		return true // never wait: what is left goes to the background
-	})
-	if werr != nil {
-		err = werr
+	w.try = tryState{p: p}
+	err := w.raw.Write(w.writeFD)
+	if w.try.err != nil {
+		err = w.try.err
 	}
+	n := w.try.n
+	w.try = tryState{}
 	return n, err
+}
+
+// writeStep is tryWrite's step on the socket; writeFD holds it as a method
+// value made once, so that a write allocates no closure.
+func (w *clientWriter) writeStep(fd uintptr) bool {
+	t := &w.try
+	for t.n < len(t.p) {
+		m, err := syscall.Write(int(fd), t.p[t.n:])
+		if m > 0 {
+			t.n += m
+		}
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			if err != syscall.EAGAIN {
+				t.err = err
+			}
+			break
+		}
+	}
+	return true // never wait: what is left goes to the background
 }
 
 func (w *clientWriter) drain(done chan struct{}) {

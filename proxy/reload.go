@@ -25,16 +25,16 @@ var errNoReloader = errors.New("the proxy was not started from a config file")
 func (s *Server) config() *config.Config { return s.live.Load() }
 
 // Apply makes cfg, already validated, the running configuration for what
-// can change live: hot-key rules, deduct scripts, hotkeys.soldout_ttl,
-// the detector's settings, the client password, limits (limits for
-// clients that connect from now on), and the TLS listener's certificate,
-// client CAs, min_version and handshake_timeout, read from their files
-// again even when the paths are the same (for handshakes from now on; the
-// clients connected keep their sessions). No client is dropped. It
-// returns the YAML paths of the settings that differ from those the
-// server started with but only a restart applies. When the TLS files do
-// not load, nothing is applied and the error (an *config.Error naming the
-// key) is returned.
+// can change live: hot-key rules, deduct scripts, hotkeys.soldout_ttl and
+// read_staleness, the detector's settings, the client password, limits
+// (limits for clients that connect from now on), and the TLS listener's
+// certificate, client CAs, min_version and handshake_timeout, read from
+// their files again even when the paths are the same (for handshakes from
+// now on; the clients connected keep their sessions). No client is
+// dropped. It returns the YAML paths of the settings that differ from
+// those the server started with but only a restart applies. When the TLS
+// files do not load, nothing is applied and the error (an *config.Error
+// naming the key) is returned.
 func (s *Server) Apply(cfg *config.Config) (restart []string, err error) {
 	var tlsConf *tls.Config
 	if s.cfg.TLS.Listen != "" && cfg.TLS.Listen != "" {

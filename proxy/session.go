@@ -69,6 +69,7 @@ type session struct {
 	markEnds []int  // where each argument ends in markArgs
 
 	nameBuf [24]byte
+	keysBuf [8]int // hotCommand's key positions, kept off the heap
 }
 
 // newSession is the session of the client on nc, whose replies w writes
