@@ -45,7 +45,8 @@ type metrics struct {
 	commandSeconds *commandHistograms     // command
 	byCommand      []atomic.Pointer[commandMetrics]
 
-	rejectedClients prometheus.Counter
+	rejectedClients      prometheus.Counter
+	tlsHandshakeFailures prometheus.Counter
 
 	upstreamRequests *prometheus.CounterVec   // node
 	upstreamErrors   *prometheus.CounterVec   // node
@@ -71,6 +72,10 @@ func newMetrics(reg *prometheus.Registry, clients func() int) *metrics {
 		rejectedClients: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "hotkeyproxy_rejected_clients_total",
 			Help: "Clients refused because limits.max_clients clients were connected.",
+		}),
+		tlsHandshakeFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hotkeyproxy_tls_handshake_failures_total",
+			Help: "Clients of the TLS listener (tls.listen) closed because their TLS handshake failed or did not end within tls.handshake_timeout.",
 		}),
 		upstreamRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hotkeyproxy_upstream_requests_total",
@@ -109,7 +114,7 @@ func newMetrics(reg *prometheus.Registry, clients func() int) *metrics {
 	m.reloadOK = reloads.WithLabelValues(resultOK)
 	m.reloadFailed = reloads.WithLabelValues(resultError)
 	reg.MustRegister(
-		m.commands, m.commandSeconds, m.rejectedClients,
+		m.commands, m.commandSeconds, m.rejectedClients, m.tlsHandshakeFailures,
 		m.upstreamRequests, m.upstreamErrors, m.upstreamTimeouts, m.upstreamSeconds,
 		redirects, reloads,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -69,9 +69,12 @@ type session struct {
 	markEnds []int  // where each argument ends in markArgs
 
 	nameBuf [24]byte
+	keysBuf [8]int // hotCommand's key positions, kept off the heap
 }
 
-func newSession(srv *Server, nc net.Conn, id uint64) *session {
+// newSession is the session of the client on nc, whose replies w writes
+// (w.tls is nc over TLS).
+func newSession(srv *Server, nc net.Conn, w *clientWriter, id uint64) *session {
 	s := &session{
 		srv:    srv,
 		nc:     nc,
@@ -80,7 +83,7 @@ func newSession(srv *Server, nc net.Conn, id uint64) *session {
 		authed: srv.config().Password == "",
 	}
 	s.rd.SetAuthRequired(!s.authed)
-	s.w = newClientWriter(nc, int(srv.config().Limits.QueryBuffer))
+	s.w = w
 	s.b.DoneCh = make(chan struct{}, 1)
 	s.tx.slot = -1
 	s.cs.RoundTrip = upstream.NewRoundTrip(srv.up.Cluster, id)
@@ -126,6 +129,20 @@ func (s *session) serve() {
 			return
 		}
 	}
+}
+
+// handshake runs the TLS handshake of a client of ServeTLS, within the
+// deadline accept set, and reports whether it succeeded; a failure closes
+// the client.
+func (s *session) handshake() bool {
+	if err := s.w.tls.Handshake(); err != nil {
+		s.srv.m.tlsHandshakeFailures.Inc()
+		s.srv.log.Debug("client TLS handshake failed", "client", s.nc.RemoteAddr().String(), "err", err)
+		s.close()
+		return false
+	}
+	s.nc.SetDeadline(time.Time{})
+	return true
 }
 
 // abort disconnects the client and its own upstream connection from

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"net"
 	"strings"
 	"time"
 
@@ -126,7 +125,9 @@ func (s *session) drainStream() {
 		return
 	}
 	s.draining.Store(true)
-	if tc, ok := s.own.nc.(*net.TCPConn); ok && tc.CloseWrite() == nil {
+	// *net.TCPConn sends a FIN, *tls.Conn (upstream.tls) a close_notify:
+	// Redis takes either as the end of input.
+	if cw, ok := s.own.nc.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
 		<-s.relayDone
 	}
 }

@@ -1,8 +1,9 @@
 // Package upstream is the proxy's side toward Redis, knowing nothing of
-// clients: dialing (AUTH, SELECT), the shared connections that multiplex
-// many clients' requests, a pool of them per node and db, a cluster's slot
-// map and its refresh, the round trip that follows a cluster's
-// redirections, and the script bodies it loads where a node lacks one.
+// clients: dialing (TLS when upstream.tls is on, AUTH, SELECT), the shared
+// connections that multiplex many clients' requests, a pool of them per
+// node and db, a cluster's slot map and its refresh, the round trip that
+// follows a cluster's redirections, and the script bodies it loads where
+// a node lacks one.
 //
 // Redis is the entry point: a standalone server (its Pool) or a cluster
 // (its Cluster), and the hot-key engine's rewrite.Upstream.
