@@ -20,9 +20,12 @@ import (
 // validated Config.
 type Config struct {
 	// Listen is the client-facing address, host:port. An empty host
-	// listens on every interface; port 0 picks a free port. Required;
+	// listens on every interface; port 0 picks a free port. Required,
+	// except that "" turns the plain listener off when tls.listen is set;
 	// default "127.0.0.1:6380".
 	Listen string `yaml:"listen"`
+	// TLS configures a TLS listener for clients (tls.go). Default off.
+	TLS TLS `yaml:"tls"`
 	// Password, when set, makes clients AUTH before any other command, as
 	// Redis's requirepass. Empty (the default) means no AUTH.
 	Password Secret `yaml:"password"`
@@ -65,6 +68,8 @@ type Upstream struct {
 	// Password is sent with AUTH on every upstream connection. Empty (the
 	// default) sends no AUTH.
 	Password Secret `yaml:"password"`
+	// TLS configures TLS toward Redis (tls.go). Default off.
+	TLS UpstreamTLS `yaml:"tls"`
 	// ConnsPerNode is the number of shared upstream connections per node
 	// and db, 1..64. Default 2. Connections pinned to one client (MULTI,
 	// blocking commands, pub/sub) are not counted here.
@@ -72,6 +77,12 @@ type Upstream struct {
 	// DialTimeout bounds connecting to a node, AUTH included. Must be > 0;
 	// default 1s.
 	DialTimeout Duration `yaml:"dial_timeout"`
+	// ReadTimeout bounds the wait for a reply, from the write of its
+	// request: past it the request fails ("-ERR upstream timeout …"), its
+	// connection is closed, and the node is probed. A blocking command
+	// (BLPOP, XREAD BLOCK, WAIT…) gets its own timeout on top of it.
+	// Must be > 0; default 5s, Redis's busy-reply-threshold.
+	ReadTimeout Duration `yaml:"read_timeout"`
 }
 
 // Limits bound client resources. The defaults are Redis's own.
@@ -235,11 +246,13 @@ type Metrics struct {
 func Default() *Config {
 	return &Config{
 		Listen: "127.0.0.1:6380",
+		TLS:    defaultTLS(),
 		Upstream: Upstream{
 			Mode:         ModeStandalone,
 			Addrs:        []string{"127.0.0.1:6379"},
 			ConnsPerNode: 2,
 			DialTimeout:  Duration(time.Second),
+			ReadTimeout:  Duration(5 * time.Second),
 		},
 		Limits: Limits{
 			MaxClients:  10000,
@@ -295,7 +308,7 @@ func (c *Config) Validate() error {
 func (c *Config) validate() []*Error {
 	var v validator
 
-	v.addr("listen", c.Listen, true)
+	v.validateListeners(c)
 
 	u := &c.Upstream
 	switch u.Mode {
@@ -319,10 +332,12 @@ func (c *Config) validate() []*Error {
 			seenAddr[a] = i
 		}
 	}
+	v.validateUpstreamTLS(&u.TLS)
 	if u.ConnsPerNode < 1 || u.ConnsPerNode > 64 {
 		v.errorf("upstream.conns_per_node", "must be 1..64, got %d", u.ConnsPerNode)
 	}
 	v.positive("upstream.dial_timeout", u.DialTimeout)
+	v.positive("upstream.read_timeout", u.ReadTimeout)
 
 	l := &c.Limits
 	if l.MaxClients < 1 {

@@ -45,14 +45,14 @@ type mvEnv struct {
 	cfg      *config.Config
 	survivor string // its address
 	srv      *proxy.Server
-	logs     *syncBuffer // the survivor's log
+	logs     *redistest.SyncBuffer // the survivor's log
 	direct   redis.UniversalClient
 	up       *upstream.Redis
 }
 
 func mvStart(t *testing.T, mode string) *mvEnv {
 	t.Helper()
-	e := &mvEnv{mode: mode, logs: &syncBuffer{}}
+	e := &mvEnv{mode: mode, logs: &redistest.SyncBuffer{}}
 	edit := func(c *config.Config) {
 		c.Scripts = hkScripts(t)
 		c.Hotkeys.MoveTimeout = config.Duration(mvMoveTimeout)

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bytes"
+	"crypto/tls"
 	"errors"
 	"net"
 	"sync"
@@ -18,12 +20,17 @@ var errOutputLimit = errors.New("proxy: client output buffer limit reached")
 // while the proxy blocks on its own. Replies go straight to the socket while
 // it takes them; the rest goes to a goroutine that writes it in order in the
 // background, and later replies queue behind it until it is done.
+//
+// A TLS client's replies take the same path once encrypted: wrapTLS puts
+// the tls.Conn on top, whose records come back to send.
 type clientWriter struct {
 	nc    net.Conn
 	raw   syscall.RawConn // nil when nc is not a socket: then writes block
 	limit int             // most bytes queued for the background writer
+	tls   *tls.Conn       // set by wrapTLS: replies are written through it
 
-	// tryWrite's state, of the session's goroutine only.
+	// tryWrite's state, of the session's goroutine only (of the tls.Conn's
+	// writer, which holds its own lock around every record, over TLS).
 	try     tryState
 	writeFD func(fd uintptr) bool
 
@@ -50,13 +57,47 @@ type tryState struct {
 	err error
 }
 
+// wrapTLS makes w a TLS server's writer and returns the connection to
+// read the client from: the tls.Conn over w's socket, whose records go
+// out through send, so that writing a reply still never waits.
+func (w *clientWriter) wrapTLS(conf *tls.Config) *tls.Conn {
+	w.tls = tls.Server(recordConn{w.nc, w}, conf)
+	return w.tls
+}
+
+// recordConn is the socket under a client's tls.Conn: it writes records
+// as the clientWriter writes replies, queueing what the socket does not
+// take at once.
+type recordConn struct {
+	net.Conn
+	w *clientWriter
+}
+
+func (c recordConn) Write(p []byte) (int, error) {
+	// tls.Conn reuses p once Write returns: whatever is queued is a copy.
+	if _, err := c.w.send(p, true); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
 // write sends p, or queues it and reports kept: the caller must then not
 // reuse p.
 func (w *clientWriter) write(p []byte) (kept bool, err error) {
+	if w.tls != nil {
+		_, err := w.tls.Write(p) // encrypted into records that send takes
+		return false, err
+	}
+	return w.send(p, false)
+}
+
+// send is write on the socket itself. With clone set, what is queued is a
+// copy of p, so the caller may reuse p whatever kept says.
+func (w *clientWriter) send(p []byte, clone bool) (kept bool, err error) {
 	w.mu.Lock()
 	if w.err != nil || w.running != nil {
 		defer w.mu.Unlock()
-		return w.enqueue(p), w.err
+		return w.enqueue(p, clone), w.err
 	}
 	w.mu.Unlock()
 	n, err := w.tryWrite(p)
@@ -72,15 +113,19 @@ func (w *clientWriter) write(p []byte) (kept bool, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.running = make(chan struct{})
-	kept = w.enqueue(p[n:])
+	kept = w.enqueue(p[n:], clone)
 	go w.drain(w.running)
 	return kept, w.err
 }
 
-// enqueue adds p for the background writer; w.mu is held.
-func (w *clientWriter) enqueue(p []byte) bool {
+// enqueue adds p, or a copy of it when clone is set, for the background
+// writer; w.mu is held.
+func (w *clientWriter) enqueue(p []byte, clone bool) bool {
 	if w.err != nil {
 		return false
+	}
+	if clone {
+		p = bytes.Clone(p)
 	}
 	w.queue = append(w.queue, p)
 	w.queued += len(p)

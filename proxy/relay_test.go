@@ -166,3 +166,43 @@ func TestRelayOrderAndIsolation(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkRelay is the relay's cost per request from client to upstream
+// and back: 64 clients pipeline depth PINGs through the proxy to a server
+// that answers at once.
+func BenchmarkRelay(b *testing.B) {
+	for _, depth := range []int{1, 16} {
+		b.Run(fmt.Sprintf("depth=%d", depth), func(b *testing.B) {
+			addr := startTestProxy(b, redistest.StartPong(b), nil)
+			var req []byte
+			for range depth {
+				req = resp.AppendCommand(req, []byte("PING"))
+			}
+			b.SetParallelism(32)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				nc, br, err := dialClient(addr, time.Hour)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				defer nc.Close()
+				var out []byte
+				for pb.Next() {
+					if _, err := nc.Write(req); err != nil {
+						b.Error(err)
+						return
+					}
+					out = out[:0]
+					for range depth {
+						if out, err = resp.ReadReply(br, out); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}
+			})
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*depth), "ns/request")
+		})
+	}
+}

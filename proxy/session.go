@@ -41,7 +41,7 @@ type session struct {
 	out    []byte // replies not yet written to the client
 	w      *clientWriter
 	b      upstream.Batch // requests not yet sent upstream
-	shared *upstream.Conn // the shared connection for db, cached
+	shared *upstream.Conn // the shared connection for db, cached (Pool.Send)
 	own    *ownConn       // the client's own connection, once it needed one
 	quit   bool           // close once out is written
 	tx     txState
@@ -72,7 +72,9 @@ type session struct {
 	keysBuf [8]int // hotCommand's key positions, kept off the heap
 }
 
-func newSession(srv *Server, nc net.Conn, id uint64) *session {
+// newSession is the session of the client on nc, whose replies w writes
+// (w.tls is nc over TLS).
+func newSession(srv *Server, nc net.Conn, w *clientWriter, id uint64) *session {
 	s := &session{
 		srv:    srv,
 		nc:     nc,
@@ -81,7 +83,7 @@ func newSession(srv *Server, nc net.Conn, id uint64) *session {
 		authed: srv.config().Password == "",
 	}
 	s.rd.SetAuthRequired(!s.authed)
-	s.w = newClientWriter(nc, int(srv.config().Limits.QueryBuffer))
+	s.w = w
 	s.b.DoneCh = make(chan struct{}, 1)
 	s.tx.slot = -1
 	s.cs.RoundTrip = upstream.NewRoundTrip(srv.up.Cluster, id)
@@ -127,6 +129,20 @@ func (s *session) serve() {
 			return
 		}
 	}
+}
+
+// handshake runs the TLS handshake of a client of ServeTLS, within the
+// deadline accept set, and reports whether it succeeded; a failure closes
+// the client.
+func (s *session) handshake() bool {
+	if err := s.w.tls.Handshake(); err != nil {
+		s.srv.m.tlsHandshakeFailures.Inc()
+		s.srv.log.Debug("client TLS handshake failed", "client", s.nc.RemoteAddr().String(), "err", err)
+		s.close()
+		return false
+	}
+	s.nc.SetDeadline(time.Time{})
+	return true
 }
 
 // abort disconnects the client and its own upstream connection from
@@ -233,7 +249,7 @@ func (s *session) handle(cmd *resp.Command) {
 		}
 		s.forward(cmd)
 		if string(name) != "watch" {
-			s.flushBlocking()
+			s.flushBlocking(cmd)
 		}
 	case routeStream:
 		if s.own == nil && !s.pin(s.srv.up.Pool) {
@@ -273,7 +289,7 @@ func (s *session) forward(cmd *resp.Command) {
 }
 
 // flush sends the queued requests and appends their replies to out.
-func (s *session) flush() { s.send(false) }
+func (s *session) flush() { s.send(nil) }
 
 // exchange sends cmd as the client's commands go, once every request
 // before it is answered, and returns where its reply starts in out: the
@@ -288,20 +304,23 @@ func (s *session) exchange(cmd *resp.Command) (mark int) {
 	return mark
 }
 
-// flushBlocking is flush for a batch that ends in a blocking command: while
-// Redis holds it, the client is watched, so that a client that goes away
-// does not leave a BLPOP behind to pop an element nobody will receive.
-func (s *session) flushBlocking() { s.send(true) }
+// flushBlocking is flush for a batch that ends in cmd, a command that may
+// block: while Redis holds it, the client is watched, so that a client
+// that goes away does not leave a BLPOP behind to pop an element nobody
+// will receive, and its reply is waited for as long as its own timeout
+// says (see ownRoundTrip).
+func (s *session) flushBlocking(cmd *resp.Command) { s.send(cmd) }
 
-func (s *session) send(blocking bool) {
+// send is flush, or flushBlocking when block is not nil.
+func (s *session) send(block *resp.Command) {
 	from := len(s.out)
-	s.sendBatch(blocking)
+	s.sendBatch(block)
 	if len(s.marks) > 0 {
 		s.readLayouts(from)
 	}
 }
 
-func (s *session) sendBatch(blocking bool) {
+func (s *session) sendBatch(block *resp.Command) {
 	if len(s.cs.cmds) > 0 {
 		s.clusterRoundTrip()
 	}
@@ -317,15 +336,10 @@ func (s *session) sendBatch(blocking bool) {
 			s.quit = true
 		}
 	case s.pinned():
-		s.ownRoundTrip(blocking)
+		s.ownRoundTrip(block)
 	default:
-		conn, err := s.sharedConn()
-		if err != nil {
-			s.failBatch(0, n, err)
-			return
-		}
 		b.Out, b.OKLen, b.Done, b.Err = s.out, len(s.out), 0, nil
-		conn.Send(b)
+		s.srv.up.Pool.Send(&s.shared, s.db, s.id, b)
 		<-b.DoneCh
 		s.out, b.Out = b.Out, nil
 		if b.Err != nil {
@@ -346,18 +360,6 @@ func (s *session) failBatch(done, n int, err error) {
 		// connection; closing tells the client as Redis would.
 		s.quit = true
 	}
-}
-
-func (s *session) sharedConn() (*upstream.Conn, error) {
-	if s.shared != nil && !s.shared.Failed() {
-		return s.shared, nil
-	}
-	c, err := s.srv.up.Pool.Get(s.db, s.id)
-	if err != nil {
-		return nil, err
-	}
-	s.shared = c
-	return c, nil
 }
 
 // upstreamOwns reports whether a command the proxy answers itself for

@@ -41,21 +41,21 @@ var _ rewrite.Upstream = (*Redis)(nil)
 // New returns the upstream cfg describes, which must have passed
 // validation. A standalone server is dialed on first use; a cluster's
 // slot map is loaded before New returns when a seed answers, else in the
-// background, and kept fresh until Close. log gets the nodes going down
+// background, and kept fresh until Close. upstream.tls's files are read
+// here, once: a change to them needs a restart. log gets the nodes going down
 // and up and the slot map's changes.
 func New(cfg *config.Upstream, log *slog.Logger, m Metrics) (*Redis, error) {
 	m = m.orNowhere()
+	tlsBase, err := cfg.TLS.ClientConfig()
+	if err != nil {
+		return nil, err
+	}
 	switch cfg.Mode {
 	case config.ModeStandalone:
-		d := dialer{
-			addr:     cfg.Addrs[0],
-			username: cfg.Username,
-			password: string(cfg.Password),
-			timeout:  cfg.DialTimeout.Duration(),
-		}
-		return &Redis{Pool: newPool(d, cfg.ConnsPerNode, m.Node(d.addr), log)}, nil
+		d := newDialer(cfg, tlsBase, cfg.Addrs[0])
+		return &Redis{Pool: newPool(d, cfg.ConnsPerNode, cfg.ReadTimeout.Duration(), m.Node(d.addr), log)}, nil
 	case config.ModeCluster:
-		u := &Redis{Cluster: newCluster(cfg, log, m)}
+		u := &Redis{Cluster: newCluster(cfg, tlsBase, log, m)}
 		u.trips.New = func() any { r := NewRoundTrip(u.Cluster, 0); return &r }
 		return u, nil
 	}
@@ -118,15 +118,12 @@ func (u *Redis) Do(reqs []rewrite.Request) [][]byte {
 	}
 	// The replies are returned: Out is the one part never reused.
 	b.Out = make([]byte, 0, 64*len(reqs))
-	conn, err := u.Pool.Get(0, 0)
-	if err == nil {
-		conn.Send(b)
-		<-b.DoneCh
-		err = b.Err
-	}
+	var conn *Conn
+	u.Pool.Send(&conn, 0, 0, b)
+	<-b.DoneCh
 	done := b.replies(replies[:0])
 	for i := len(done); i < len(replies); i++ {
-		replies[i] = redcon.AppendError(nil, ErrorText(err))
+		replies[i] = redcon.AppendError(nil, ErrorText(b.Err))
 	}
 	b.Out = nil
 	return replies
@@ -183,7 +180,7 @@ func (u *Redis) KeyTable() *keyspec.Table {
 	if u.failedLately() {
 		return nil
 	}
-	replies, err := u.Pool.ask(resp.AppendCommand(nil, []byte("COMMAND")), 1)
+	replies, err := u.Pool.Ask(resp.AppendCommand(nil, []byte("COMMAND")), 1)
 	var k *keyspec.Table
 	if err == nil {
 		k, err = keyspec.Parse(replies[0])
