@@ -268,25 +268,7 @@ func (s *hkSetup) readBuckets(t testing.TB, key string) hkBuckets {
 		b.sum += n
 	}
 	shape := regexp.MustCompile(`^\{[0-9]+\}` + regexp.QuoteMeta(key) + `#[0-9]+\.[0-9a-f]+$`)
-	var keys []string
-	var mu sync.Mutex
-	scan := func(ctx context.Context, c *redis.Client) error {
-		ks, err := c.Keys(ctx, "*"+key+"#*").Result()
-		mu.Lock()
-		keys = append(keys, ks...)
-		mu.Unlock()
-		return err
-	}
-	switch d := s.direct.(type) {
-	case *redis.ClusterClient:
-		err = d.ForEachMaster(ctx, scan)
-	case *redis.Client:
-		err = scan(ctx, d)
-	}
-	if err != nil {
-		t.Fatalf("KEYS directly from Redis: %v", err)
-	}
-	for _, k := range keys {
+	for _, k := range hkKeys(t, s.direct, "*"+key+"#*") {
 		if shape.MatchString(k) && !named[k] {
 			if b.strays == nil {
 				b.strays = map[string]string{}
@@ -295,6 +277,33 @@ func (s *hkSetup) readBuckets(t testing.TB, key string) hkBuckets {
 		}
 	}
 	return b
+}
+
+// hkKeys is KEYS pattern straight from Redis: from every master in
+// cluster mode.
+func hkKeys(t testing.TB, direct redis.UniversalClient, pattern string) []string {
+	t.Helper()
+	ctx := context.Background()
+	var keys []string
+	var mu sync.Mutex
+	scan := func(ctx context.Context, c *redis.Client) error {
+		ks, err := c.Keys(ctx, pattern).Result()
+		mu.Lock()
+		keys = append(keys, ks...)
+		mu.Unlock()
+		return err
+	}
+	var err error
+	switch d := direct.(type) {
+	case *redis.ClusterClient:
+		err = d.ForEachMaster(ctx, scan)
+	case *redis.Client:
+		err = scan(ctx, d)
+	}
+	if err != nil {
+		t.Fatalf("KEYS directly from Redis: %v", err)
+	}
+	return keys
 }
 
 // What one request of a sale was told.

@@ -156,26 +156,10 @@ func (e *mvEnv) read(t *testing.T, key string) mvWhole {
 	} else {
 		w.sum, _ = strconv.ParseInt(v, 10, 64)
 	}
-	var mu sync.Mutex
-	scan := func(ctx context.Context, c *redis.Client) error {
-		ks, err := c.Keys(ctx, "*"+key+"#*").Result()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, k := range ks {
-			if !named[k] {
-				w.strays = append(w.strays, k)
-			}
+	for _, k := range hkKeys(t, e.direct, "*"+key+"#*") {
+		if !named[k] {
+			w.strays = append(w.strays, k)
 		}
-		return err
-	}
-	switch d := e.direct.(type) {
-	case *redis.ClusterClient:
-		err = d.ForEachMaster(ctx, scan)
-	case *redis.Client:
-		err = scan(ctx, d)
-	}
-	if err != nil {
-		t.Fatalf("KEYS directly: %v", err)
 	}
 	slices.Sort(w.strays)
 	return w

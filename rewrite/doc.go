@@ -108,12 +108,12 @@
 // few keys at fixed names, one per bucket: no SCAN. A node failure
 // between the steps leaves the move as it is for whoever looks next: an
 // apply whose reply was lost may have been applied, and only its mark can
-// tell. Applied marks are kept an hour past their intent (appliedKeep: a
-// request applying a move again may still be on its way; TCP retransmits
-// a partitioned sender's data for some 15 minutes), and dropped by the
-// sweep once older and their intent gone; intents and marks keep the
-// TTL of their bucket plus that hour. An intent is never older than its
-// mark can tell unless the sweep could not run for an hour on any proxy.
+// tell. An applied mark is dropped (by the sweep) only once its intent is
+// gone and it is older than an hour (appliedKeep: a request applying the
+// move again may still be on its way; TCP retransmits a partitioned
+// sender's data for some 15 minutes), so whoever finds an intent finds
+// its mark if it was applied. Intents and marks keep their bucket's TTL
+// plus that hour, and go with the key on DEL, SET and EXPIRE.
 // Buckets are never made again once gone (their names carry the layout's
 // random generation), which is what makes "d is gone" final for an undo;
 // bucket 0 of a merging layout is the one exception, made empty by the

@@ -29,8 +29,8 @@ type move struct {
 
 // startMove is a move's first step: up to want is taken from bucket from
 // of l and recorded as a move to bucket to, in one step on from's slot.
-// m.amount is what was taken (0: nothing, and nothing recorded); left is
-// what from holds now. A missing bucket is what lose makes of it.
+// m.amount is what was taken (0: nothing, and nothing recorded); h.last
+// has what from holds now. A missing bucket is what lose makes of it.
 func (e *Engine) startMove(h *hotKey, l *Layout, from, to int, want int64) (m move, err error) {
 	m = move{id: e.moveID(), from: from, to: to}
 	b := l.Bucket(from)
@@ -157,8 +157,13 @@ func (e *Engine) finishMoves(h *hotKey, l *Layout, minAge time.Duration) (finish
 			}
 		}
 	}
+	// A mark can go only if no bucket holds its intent: not when a
+	// bucket's intents could not be read.
 	var prune []Request
 	for i, ids := range old {
+		if err != nil {
+			break
+		}
 		args := [][]byte{[]byte("ZREM"), l.AppliedKey(i)}
 		for _, id := range ids {
 			if !live[string(id)] {

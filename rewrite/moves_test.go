@@ -75,11 +75,11 @@ func TestFinishMoves(t *testing.T) {
 			{"EVALSHA apply 2 k#0 k#0:applied a1 3 <keep>", pair2(-2, 0)},
 			{"EVALSHA undo 2 k#1 k#1:intents a1", downR},
 		}, 0},
-		{"a node fails the listing: the others still finished", []exchange{
+		{"a node fails the listing: the others still finished, no mark dropped", []exchange{
 			{listMoves("k", 0), downR},
 			{listMoves("k", 1), movesOf(true, []string{"a1", intent(0, 3, stale)})},
 			{listMoves("k", 2), movesOf(true, nil)},
-			{listMoves("k", 3), movesOf(true, nil)},
+			{listMoves("k", 3), movesOf(true, nil, "z2")},
 			{"EVALSHA apply 2 k#0 k#0:applied a1 3 <keep>", pair2(1, 8)},
 			{"HDEL k#1:intents a1", num(1)},
 		}, 1},
