@@ -5,6 +5,7 @@ import (
 	"net"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // errOutputLimit closes a client that lets more replies pile up unread than
@@ -18,20 +19,36 @@ var errOutputLimit = errors.New("proxy: client output buffer limit reached")
 // while the proxy blocks on its own. Replies go straight to the socket while
 // it takes them; the rest goes to a goroutine that writes it in order in the
 // background, and later replies queue behind it until it is done.
+//
+// What is queued is a copy, sized to the bytes, so that the session keeps
+// reusing its reply buffer and the queue holds no spare capacity; only a
+// buffer too big to keep is handed over as it is.
 type clientWriter struct {
 	nc    net.Conn
 	raw   syscall.RawConn // nil when nc is not a socket: then writes block
 	limit int             // most bytes queued for the background writer
+	mem   *memAccount     // the client's share of limits.max_client_memory
 
-	mu      sync.Mutex
-	queue   [][]byte
-	queued  int
-	running chan struct{} // non-nil while the background writer runs; closed when it ends
-	err     error         // sticky
+	mu       sync.Mutex
+	queue    [][]byte
+	queued   int           // bytes in queue or being written from it
+	running  chan struct{} // non-nil while the background writer runs; closed when it ends
+	progress chan struct{} // cap 1: the background writer wrote some
+	err      error         // sticky
 }
 
-func newClientWriter(nc net.Conn, limit int) *clientWriter {
-	w := &clientWriter{nc: nc, limit: limit}
+// Sizes of the background writer.
+const (
+	// keepMax is the largest reply buffer a session keeps for reuse: one
+	// bigger is handed to the queue as it is, not copied.
+	keepMax = 4 * maxPendingOut
+	// drainPiece is the most one write of the background writer sends,
+	// so that its progress shows in steps a slow reader can make.
+	drainPiece = maxPendingOut
+)
+
+func newClientWriter(nc net.Conn, limit int, mem *memAccount) *clientWriter {
+	w := &clientWriter{nc: nc, limit: limit, mem: mem, progress: make(chan struct{}, 1)}
 	if sc, ok := nc.(syscall.Conn); ok {
 		w.raw, _ = sc.SyscallConn()
 	}
@@ -43,8 +60,11 @@ func newClientWriter(nc net.Conn, limit int) *clientWriter {
 func (w *clientWriter) write(p []byte) (kept bool, err error) {
 	w.mu.Lock()
 	if w.err != nil || w.running != nil {
-		defer w.mu.Unlock()
-		return w.enqueue(p), w.err
+		kept, added := w.enqueue(p)
+		err := w.err
+		w.mu.Unlock()
+		w.mem.add(int64(added))
+		return kept, err
 	}
 	w.mu.Unlock()
 	n, err := w.tryWrite(p)
@@ -58,24 +78,66 @@ func (w *clientWriter) write(p []byte) (kept bool, err error) {
 		return false, nil
 	}
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	w.running = make(chan struct{})
-	kept = w.enqueue(p[n:])
+	kept, added := w.enqueue(p[n:])
+	err = w.err
 	go w.drain(w.running)
-	return kept, w.err
+	w.mu.Unlock()
+	w.mem.add(int64(added))
+	return kept, err
 }
 
-// enqueue adds p for the background writer; w.mu is held.
-func (w *clientWriter) enqueue(p []byte) bool {
-	if w.err != nil {
-		return false
+// enqueue adds p, or a copy, for the background writer and returns
+// whether it kept p and how many bytes it queued; w.mu is held.
+func (w *clientWriter) enqueue(p []byte) (kept bool, added int) {
+	if w.err != nil || len(p) == 0 {
+		return false, 0
+	}
+	kept = cap(p) > keepMax
+	if !kept {
+		p = append([]byte(nil), p...)
 	}
 	w.queue = append(w.queue, p)
 	w.queued += len(p)
 	if w.queued > w.limit {
 		w.err = errOutputLimit
 	}
-	return true
+	return kept, len(p)
+}
+
+// pending is how many bytes wait for the background writer.
+func (w *clientWriter) pending() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.queued
+}
+
+// waitBelow waits until at most bound bytes wait to be written, the client
+// failed, or stop is closed; or until the client took nothing for grace,
+// which it reports: the client is not reading.
+func (w *clientWriter) waitBelow(bound int, grace time.Duration, stop <-chan struct{}) (stalled bool) {
+	var timer *time.Timer
+	for {
+		w.mu.Lock()
+		queued, err := w.queued, w.err
+		w.mu.Unlock()
+		if queued <= bound || err != nil {
+			return false
+		}
+		if timer == nil {
+			timer = time.NewTimer(grace)
+			defer timer.Stop()
+		} else {
+			timer.Reset(grace)
+		}
+		select {
+		case <-w.progress:
+		case <-timer.C:
+			return true
+		case <-stop:
+			return false
+		}
+	}
 }
 
 // tryWrite writes what the socket takes now, without waiting.
@@ -114,22 +176,46 @@ func (w *clientWriter) drain(done chan struct{}) {
 	for {
 		w.mu.Lock()
 		q := w.queue
-		w.queue, w.queued = nil, 0
+		w.queue = nil
 		if len(q) == 0 || w.err != nil {
+			dropped := w.queued // never to be written: the client failed
+			w.queued = 0
 			w.running = nil
 			w.mu.Unlock()
+			w.mem.add(-int64(dropped))
 			return
 		}
 		w.mu.Unlock()
 		for _, b := range q {
-			if _, err := w.nc.Write(b); err != nil {
-				w.mu.Lock()
-				w.err = err
-				w.mu.Unlock()
+			if !w.drainOne(b) {
 				break
 			}
 		}
 	}
+}
+
+// drainOne writes b in pieces, accounting each; it reports false when the
+// client failed.
+func (w *clientWriter) drainOne(b []byte) bool {
+	for len(b) > 0 {
+		piece := b[:min(len(b), drainPiece)]
+		_, err := w.nc.Write(piece)
+		b = b[len(piece):]
+		w.mu.Lock()
+		if err != nil {
+			w.err = err
+			w.mu.Unlock()
+			return false
+		}
+		w.queued -= len(piece)
+		w.mu.Unlock()
+		w.mem.add(-int64(len(piece)))
+		select {
+		case w.progress <- struct{}{}:
+		default:
+		}
+	}
+	return true
 }
 
 // wait returns once everything written so far has reached the socket, or

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,10 +37,14 @@ type Server struct {
 	ready       readiness      // Ready's last answer
 	httpServers []*http.Server // ServeMetrics's; guarded by mu
 
-	mu       sync.Mutex // guards ln, sessions and httpServers
+	mu       sync.Mutex // guards ln, sessions, perIP and httpServers
 	ln       net.Listener
 	sessions map[*session]struct{}
-	wg       sync.WaitGroup // one per running session
+	perIP    map[netip.Addr]int // sessions by the client's IP address
+	wg       sync.WaitGroup     // one per running session
+
+	clientMem clientMemory // what the sessions hold, for limits.max_client_memory
+	stopping  chan struct{} // closed when Shutdown begins: wakes sessions that wait
 }
 
 // New returns a server for cfg, which must have passed cfg.Validate. A
@@ -48,9 +53,9 @@ type Server struct {
 // Either way the proxy starts while Redis is still down and recovers when
 // it is back.
 func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
-	s := &Server{cfg: cfg, log: log, sessions: make(map[*session]struct{})}
+	s := &Server{cfg: cfg, log: log, sessions: make(map[*session]struct{}), perIP: make(map[netip.Addr]int), stopping: make(chan struct{})}
 	s.live.Store(cfg)
-	s.m = newMetrics(prometheus.NewRegistry(), s.Clients)
+	s.m = newMetrics(prometheus.NewRegistry(), s.Clients, s.clientMem.total.Load)
 	var err error
 	s.up, err = upstream.New(&cfg.Upstream, log, upstream.Metrics{Node: s.m.node, Moved: s.m.moved, Ask: s.m.ask})
 	if err != nil {
@@ -117,30 +122,58 @@ func (s *Server) accept(nc net.Conn) {
 		tc.SetNoDelay(true)
 		tc.SetKeepAlive(true)
 	}
+	ip := remoteIP(nc)
+	limits := &s.config().Limits
 	s.mu.Lock()
-	if s.closing.Load() || len(s.sessions) >= s.config().Limits.MaxClients {
-		full := !s.closing.Load()
+	var refusal string
+	switch {
+	case s.closing.Load():
+	case len(s.sessions) >= limits.MaxClients:
+		refusal = rediserr.MaxClients
+		s.m.rejectedClients.Inc()
+	case limits.MaxClientsPerIP > 0 && s.perIP[ip] >= limits.MaxClientsPerIP:
+		refusal = msgMaxClientsPerIP
+		s.m.rejectedPerIP.Inc()
+	default:
+		sess := newSession(s, nc, s.nextID.Add(1))
+		s.sessions[sess] = struct{}{}
+		s.perIP[ip]++
+		s.wg.Add(1)
 		s.mu.Unlock()
-		if full {
-			s.m.rejectedClients.Inc()
-			nc.Write([]byte("-" + rediserr.MaxClients + "\r\n"))
-		}
-		nc.Close()
+		go func() {
+			defer s.wg.Done()
+			defer s.removeSession(sess, ip)
+			sess.serve()
+		}()
 		return
 	}
-	sess := newSession(s, nc, s.nextID.Add(1))
-	s.sessions[sess] = struct{}{}
-	s.wg.Add(1)
 	s.mu.Unlock()
-	go func() {
-		defer s.wg.Done()
-		defer func() {
-			s.mu.Lock()
-			delete(s.sessions, sess)
-			s.mu.Unlock()
-		}()
-		sess.serve()
-	}()
+	if refusal != "" {
+		nc.Write([]byte("-" + refusal + "\r\n"))
+	}
+	nc.Close()
+}
+
+// msgMaxClientsPerIP refuses a client past limits.max_clients_per_ip; Redis
+// has no such limit, so no text of its own.
+const msgMaxClientsPerIP = "ERR hotkeyproxy: max number of clients per IP address reached"
+
+// remoteIP is the client's IP address, the key of limits.max_clients_per_ip;
+// the zero Addr when nc is not an IP connection.
+func remoteIP(nc net.Conn) netip.Addr {
+	if ta, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
+		return ta.AddrPort().Addr().Unmap()
+	}
+	return netip.Addr{}
+}
+
+func (s *Server) removeSession(sess *session, ip netip.Addr) {
+	s.mu.Lock()
+	delete(s.sessions, sess)
+	if s.perIP[ip]--; s.perIP[ip] <= 0 {
+		delete(s.perIP, ip)
+	}
+	s.mu.Unlock()
 }
 
 // Addr is the address the server listens on, or nil before Serve.
@@ -165,7 +198,9 @@ func (s *Server) Clients() int {
 // remaining clients are disconnected and ctx's error is returned.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
-	s.closing.Store(true)
+	if !s.closing.Swap(true) {
+		close(s.stopping)
+	}
 	if s.ln != nil {
 		s.ln.Close()
 	}

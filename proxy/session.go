@@ -19,12 +19,24 @@ import (
 const msgConfigHidden = "ERR CONFIG GET is not supported by hotkeyproxy inside MULTI or after SUBSCRIBE when it has an upstream password"
 
 // Flush thresholds: a long pipeline is sent upstream, and its replies
-// written to the client, in pieces of about this size.
+// written to the client, in pieces of about this size. A batch is also cut
+// at as many commands as the last one's replies suggest fill
+// maxPendingOut, so that big replies (GET of a 1 MiB value) are not
+// gathered 512 at a time before the client gets the first: a session's
+// first batch holds at most firstBatchCommands, and each next one at most
+// twice the last one's limit.
 const (
-	maxBatchCommands = 512
-	maxBatchBytes    = 256 << 10
-	maxPendingOut    = 256 << 10
+	maxBatchCommands   = 512
+	firstBatchCommands = 32
+	maxBatchBytes      = 256 << 10
+	maxPendingOut      = 256 << 10
 )
+
+// stallGrace is how long a client over limits.max_pending_output may read
+// nothing before the session reads its commands on regardless: such a
+// client may be writing a whole pipeline before it reads any reply, and
+// Redis serves those (the query buffer limit then bounds its replies).
+const stallGrace = time.Second
 
 // session is one client connection. Its goroutine reads a pipeline of
 // commands, relays them upstream as one batch, and writes the replies back
@@ -41,6 +53,18 @@ type session struct {
 	out    []byte // replies not yet written to the client
 	w      *clientWriter
 	b      upstream.Batch // requests not yet sent upstream
+	// batchMax is how many commands the next batch may hold: fewer than
+	// maxBatchCommands when the last one's replies were big.
+	batchMax int
+
+	// Backpressure: past pendingMax bytes of replies waiting for the
+	// client (0: never), its next commands wait; unbounded is set once
+	// the client read nothing for stallGrace, until it catches up.
+	pendingMax int
+	unbounded  bool
+
+	mem    memAccount // what the session holds, for limits.max_client_memory
+	memOwn int64      // the part account counted: the buffers the session holds itself
 	shared *upstream.Conn // the shared connection for db, cached
 	own    *ownConn       // the client's own connection, once it needed one
 	quit   bool           // close once out is written
@@ -72,15 +96,20 @@ type session struct {
 }
 
 func newSession(srv *Server, nc net.Conn, id uint64) *session {
+	limits := &srv.config().Limits
 	s := &session{
-		srv:    srv,
-		nc:     nc,
-		id:     id,
-		rd:     resp.NewCommandReader(nc, int(srv.config().Limits.QueryBuffer), int64(srv.config().Limits.MaxBulk)),
-		authed: srv.config().Password == "",
+		srv:        srv,
+		nc:         nc,
+		id:         id,
+		rd:         resp.NewCommandReader(nc, int(limits.QueryBuffer), int64(limits.MaxBulk)),
+		authed:     srv.config().Password == "",
+		batchMax:   firstBatchCommands,
+		pendingMax: int(limits.MaxPendingOutput),
+		mem:        memAccount{srv: srv},
 	}
 	s.rd.SetAuthRequired(!s.authed)
-	s.w = newClientWriter(nc, int(srv.config().Limits.QueryBuffer))
+	s.rd.SetGrowHook(s.account)
+	s.w = newClientWriter(nc, int(limits.QueryBuffer), &s.mem)
 	s.b.DoneCh = make(chan struct{}, 1)
 	s.tx.slot = -1
 	s.cs.RoundTrip = upstream.NewRoundTrip(srv.up.Cluster, id)
@@ -115,6 +144,7 @@ func (s *session) serve() {
 			case errors.Is(err, resp.ErrQueryBufferExceeded):
 				s.srv.log.Warn("closing client that reached the query buffer limit",
 					"client", s.nc.RemoteAddr().String(), "limit", s.srv.config().Limits.QueryBuffer.String())
+				s.srv.m.evicted[evictQuery].Inc()
 				s.out = redcon.AppendError(s.out, rediserr.QueryBuffer)
 			default:
 				return
@@ -125,6 +155,23 @@ func (s *session) serve() {
 		if !s.write() || s.quit {
 			return
 		}
+		s.backpressure()
+	}
+}
+
+// backpressure holds the session, before it reads more commands, while
+// more than pendingMax bytes of replies wait for the client, as long as
+// the client keeps reading them.
+func (s *session) backpressure() {
+	if s.pendingMax == 0 || s.streaming {
+		return
+	}
+	if s.w.pending() <= s.pendingMax {
+		s.unbounded = false
+		return
+	}
+	if !s.unbounded && s.w.waitBelow(s.pendingMax, stallGrace, s.srv.stopping) {
+		s.unbounded = true
 	}
 }
 
@@ -149,6 +196,8 @@ func (s *session) close() {
 	if s.relayDone != nil {
 		<-s.relayDone
 	}
+	s.mem.add(-s.memOwn) // the writer gives back its own when it ends
+	s.memOwn = 0
 }
 
 // reply appends a locally made reply after every reply before it.
@@ -176,12 +225,14 @@ func (s *session) write() bool {
 	if errors.Is(err, errOutputLimit) {
 		s.srv.log.Warn("closing client that does not read its replies",
 			"client", s.nc.RemoteAddr().String(), "limit", s.srv.config().Limits.QueryBuffer.String())
+		s.srv.m.evicted[evictOutput].Inc()
 	}
-	if cap(s.out) > 4*maxPendingOut {
+	if cap(s.out) > keepMax {
 		s.out = nil // a big reply once should not pin memory for good
 	} else {
 		s.out = s.out[:0]
 	}
+	s.account()
 	return err == nil
 }
 
@@ -257,17 +308,43 @@ func (s *session) dispatch(cmd *resp.Command, c *command) {
 
 // forward queues cmd for the client's own or shared connection.
 func (s *session) forward(cmd *resp.Command) {
+	if len(cmd.Raw) >= maxBatchBytes && !s.streaming && !s.pinned() {
+		s.forwardBig(cmd.Raw)
+		return
+	}
 	if cmd.Raw != nil {
 		s.b.Req = append(s.b.Req, cmd.Raw...)
 	} else {
 		s.b.Req = resp.AppendCommand(s.b.Req, cmd.Args...)
 	}
 	s.b.N++
-	if s.b.N >= maxBatchCommands || len(s.b.Req) >= maxBatchBytes {
-		s.flush()
-		if len(s.out) >= maxPendingOut && !s.write() {
+	if s.b.N >= s.batchMax || len(s.b.Req) >= maxBatchBytes {
+		s.flushFull()
+	}
+}
+
+// forwardBig sends a big request on its own, from the client's read
+// buffer, where it stays valid until the next read: copied into the batch,
+// it would be held twice.
+func (s *session) forwardBig(raw []byte) {
+	s.flush()
+	req := s.b.Req
+	s.b.Req, s.b.N = raw, 1
+	s.flush()
+	s.b.Req = req
+	s.flushFull()
+}
+
+// flushFull sends the batch, which has grown big, and writes the replies
+// when they have too; then waits while the client has too many unread.
+func (s *session) flushFull() {
+	s.flush()
+	if len(s.out) >= maxPendingOut {
+		if !s.write() {
 			s.quit = true
+			return
 		}
+		s.backpressure()
 	}
 }
 
@@ -309,7 +386,13 @@ func (s *session) sendBatch(blocking bool) {
 		return
 	}
 	n := b.N
-	defer func() { b.Req, b.N = b.Req[:0], 0 }()
+	defer func() {
+		b.Req, b.N = b.Req[:0], 0
+		if cap(b.Req) > 4*maxBatchBytes {
+			b.Req = nil // an inline command of megabytes once should not pin them
+		}
+		s.account()
+	}()
 	switch {
 	case s.streaming:
 		if _, err := s.own.nc.Write(b.Req); err != nil {
@@ -323,14 +406,18 @@ func (s *session) sendBatch(blocking bool) {
 			s.failBatch(0, n, err)
 			return
 		}
-		b.Out, b.OKLen, b.Done, b.Err = s.out, len(s.out), 0, nil
+		from := len(s.out)
+		b.Out, b.OKLen, b.Done, b.Err = s.out, from, 0, nil
 		conn.Send(b)
 		<-b.DoneCh
 		s.out, b.Out = b.Out, nil
 		if b.Err != nil {
 			s.out = s.out[:b.OKLen]
 			s.failBatch(b.Done, n, b.Err)
+			return
 		}
+		fit := maxPendingOut * n / max(len(s.out)-from, 1)
+		s.batchMax = min(max(fit, 1), 2*s.batchMax, maxBatchCommands)
 	}
 }
 
