@@ -49,8 +49,8 @@ type metrics struct {
 	commandSeconds *commandHistograms     // command
 	byCommand      []atomic.Pointer[commandMetrics]
 
-	rejectedClients prometheus.Counter // reason max_clients
-	rejectedPerIP   prometheus.Counter // reason max_clients_per_ip
+	rejectedClients prometheus.Counter            // reason max_clients
+	rejectedPerIP   prometheus.Counter            // reason max_clients_per_ip
 	evicted         map[string]prometheus.Counter // by reason: evictMemory, evictOutput, evictQuery
 	authFailures    prometheus.Counter
 

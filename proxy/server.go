@@ -43,7 +43,7 @@ type Server struct {
 	perIP    map[netip.Addr]int // sessions by the client's IP address
 	wg       sync.WaitGroup     // one per running session
 
-	clientMem clientMemory // what the sessions hold, for limits.max_client_memory
+	clientMem clientMemory  // what the sessions hold, for limits.max_client_memory
 	stopping  chan struct{} // closed when Shutdown begins: wakes sessions that wait
 }
 

@@ -50,9 +50,9 @@ type session struct {
 	name   []byte
 	authed bool
 
-	out    []byte // replies not yet written to the client
-	w      *clientWriter
-	b      upstream.Batch // requests not yet sent upstream
+	out []byte // replies not yet written to the client
+	w   *clientWriter
+	b   upstream.Batch // requests not yet sent upstream
 	// batchMax is how many commands the next batch may hold: fewer than
 	// maxBatchCommands when the last one's replies were big.
 	batchMax int
@@ -63,8 +63,8 @@ type session struct {
 	pendingMax int
 	unbounded  bool
 
-	mem    memAccount // what the session holds, for limits.max_client_memory
-	memOwn int64      // the part account counted: the buffers the session holds itself
+	mem    memAccount     // what the session holds, for limits.max_client_memory
+	memOwn int64          // the part account counted: the buffers the session holds itself
 	shared *upstream.Conn // the shared connection for db, cached
 	own    *ownConn       // the client's own connection, once it needed one
 	quit   bool           // close once out is written
