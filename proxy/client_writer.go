@@ -41,7 +41,7 @@ type clientWriter struct {
 const (
 	// keepMax is the largest reply buffer a session keeps for reuse: one
 	// bigger is handed to the queue as it is, not copied.
-	keepMax = 4 * maxPendingOut
+	keepMax = 8 * maxPendingOut
 	// drainPiece is the most one write of the background writer sends,
 	// so that its progress shows in steps a slow reader can make.
 	drainPiece = maxPendingOut

@@ -27,7 +27,7 @@ const msgConfigHidden = "ERR CONFIG GET is not supported by hotkeyproxy inside M
 // twice the last one's limit.
 const (
 	maxBatchCommands   = 512
-	firstBatchCommands = 32
+	firstBatchCommands = 8
 	maxBatchBytes      = 256 << 10
 	maxPendingOut      = 256 << 10
 )
@@ -127,6 +127,10 @@ func (s *session) serve() {
 		}
 		if s.srv.closing.Load() {
 			return
+		}
+		if s.rd.Buffered() == 0 && cap(s.out) > maxPendingOut {
+			s.out = nil // about to wait for the client: keep no big buffer meanwhile
+			s.account()
 		}
 		cmds, err := s.rd.ReadCommands()
 		for i := range cmds {
