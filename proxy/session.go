@@ -23,11 +23,12 @@ const msgConfigHidden = "ERR CONFIG GET is not supported by hotkeyproxy inside M
 // at as many commands as the last one's replies suggest fill
 // maxPendingOut, so that big replies (GET of a 1 MiB value) are not
 // gathered 512 at a time before the client gets the first: a session's
-// first batch holds at most firstBatchCommands, and each next one at most
-// twice the last one's limit.
+// first batch holds at most firstBatchCommands, and the limit grows to
+// batchGrowth times what a batch held while the replies stay small.
 const (
 	maxBatchCommands   = 512
-	firstBatchCommands = 8
+	firstBatchCommands = 128
+	batchGrowth        = 4
 	maxBatchBytes      = 256 << 10
 	maxPendingOut      = 256 << 10
 )
@@ -421,7 +422,7 @@ func (s *session) sendBatch(blocking bool) {
 			return
 		}
 		fit := maxPendingOut * n / max(len(s.out)-from, 1)
-		s.batchMax = min(max(fit, 1), 2*s.batchMax, maxBatchCommands)
+		s.batchMax = min(max(fit, 1), max(batchGrowth*n, s.batchMax), maxBatchCommands)
 	}
 }
 
