@@ -183,6 +183,7 @@ func (w *clientWriter) drain(done chan struct{}) {
 			w.running = nil
 			w.mu.Unlock()
 			w.mem.add(-int64(dropped))
+			w.signalProgress() // a session waiting on a failed client goes on
 			return
 		}
 		w.mu.Unlock()
@@ -210,12 +211,17 @@ func (w *clientWriter) drainOne(b []byte) bool {
 		w.queued -= len(piece)
 		w.mu.Unlock()
 		w.mem.add(-int64(len(piece)))
-		select {
-		case w.progress <- struct{}{}:
-		default:
-		}
+		w.signalProgress()
 	}
 	return true
+}
+
+// signalProgress wakes waitBelow, unless it has been woken already.
+func (w *clientWriter) signalProgress() {
+	select {
+	case w.progress <- struct{}{}:
+	default:
+	}
 }
 
 // wait returns once everything written so far has reached the socket, or
