@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -31,7 +32,7 @@ type clientWriter struct {
 
 	mu       sync.Mutex
 	queue    [][]byte
-	queued   int           // bytes in queue or being written from it
+	queued   atomic.Int64  // bytes in queue or being written from it; written under mu, read without
 	running  chan struct{} // non-nil while the background writer runs; closed when it ends
 	progress chan struct{} // cap 1: the background writer wrote some
 	err      error         // sticky
@@ -98,19 +99,14 @@ func (w *clientWriter) enqueue(p []byte) (kept bool, added int) {
 		p = append([]byte(nil), p...)
 	}
 	w.queue = append(w.queue, p)
-	w.queued += len(p)
-	if w.queued > w.limit {
+	if w.queued.Add(int64(len(p))) > int64(w.limit) {
 		w.err = errOutputLimit
 	}
 	return kept, len(p)
 }
 
 // pending is how many bytes wait for the background writer.
-func (w *clientWriter) pending() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.queued
-}
+func (w *clientWriter) pending() int { return int(w.queued.Load()) }
 
 // waitBelow waits until at most bound bytes wait to be written, the client
 // failed, or stop is closed; or until the client took nothing for grace,
@@ -119,7 +115,7 @@ func (w *clientWriter) waitBelow(bound int, grace time.Duration, stop <-chan str
 	var timer *time.Timer
 	for {
 		w.mu.Lock()
-		queued, err := w.queued, w.err
+		queued, err := int(w.queued.Load()), w.err
 		w.mu.Unlock()
 		if queued <= bound || err != nil {
 			return false
@@ -178,11 +174,10 @@ func (w *clientWriter) drain(done chan struct{}) {
 		q := w.queue
 		w.queue = nil
 		if len(q) == 0 || w.err != nil {
-			dropped := w.queued // never to be written: the client failed
-			w.queued = 0
+			dropped := w.queued.Swap(0) // never to be written: the client failed
 			w.running = nil
 			w.mu.Unlock()
-			w.mem.add(-int64(dropped))
+			w.mem.add(-dropped)
 			w.signalProgress() // a session waiting on a failed client goes on
 			return
 		}
@@ -208,7 +203,7 @@ func (w *clientWriter) drainOne(b []byte) bool {
 			w.mu.Unlock()
 			return false
 		}
-		w.queued -= len(piece)
+		w.queued.Add(-int64(len(piece)))
 		w.mu.Unlock()
 		w.mem.add(-int64(len(piece)))
 		w.signalProgress()
