@@ -20,9 +20,12 @@ import (
 // validated Config.
 type Config struct {
 	// Listen is the client-facing address, host:port. An empty host
-	// listens on every interface; port 0 picks a free port. Required;
+	// listens on every interface; port 0 picks a free port. Required,
+	// except that "" turns the plain listener off when tls.listen is set;
 	// default "127.0.0.1:6380".
 	Listen string `yaml:"listen"`
+	// TLS configures a TLS listener for clients (tls.go). Default off.
+	TLS TLS `yaml:"tls"`
 	// Password, when set, makes clients AUTH before any other command, as
 	// Redis's requirepass. Empty (the default) means no AUTH. Load expands
 	// ${NAME} in it from the environment (see ExpandSecret).
@@ -74,6 +77,8 @@ type Upstream struct {
 	Password Secret `yaml:"password"`
 	// PasswordFile is read into Password, as the client password_file.
 	PasswordFile string `yaml:"password_file"`
+	// TLS configures TLS toward Redis (tls.go). Default off.
+	TLS UpstreamTLS `yaml:"tls"`
 	// ConnsPerNode is the number of shared upstream connections per node
 	// and db, 1..64. Default 2. Connections pinned to one client (MULTI,
 	// blocking commands, pub/sub) are not counted here.
@@ -81,6 +86,12 @@ type Upstream struct {
 	// DialTimeout bounds connecting to a node, AUTH included. Must be > 0;
 	// default 1s.
 	DialTimeout Duration `yaml:"dial_timeout"`
+	// ReadTimeout bounds the wait for a reply, from the write of its
+	// request: past it the request fails ("-ERR upstream timeout …"), its
+	// connection is closed, and the node is probed. A blocking command
+	// (BLPOP, XREAD BLOCK, WAIT…) gets its own timeout on top of it.
+	// Must be > 0; default 5s, Redis's busy-reply-threshold.
+	ReadTimeout Duration `yaml:"read_timeout"`
 }
 
 // Limits bound client resources. The defaults are Redis's own.
@@ -178,6 +189,14 @@ type Hotkeys struct {
 	// "sold out" for an amount, and answers the same without asking Redis.
 	// 0 never remembers; must not be negative; default 100ms.
 	SoldoutTTL Duration `yaml:"soldout_ttl"`
+	// ReadStaleness lets GET and MGET of a hot key answer from the sum
+	// this proxy last read of every bucket, with its own deducts and
+	// give-backs since, while that read is younger than this: a product
+	// page polling the stock then costs no upstream call. What it hides
+	// is other proxies' changes and the key's expiry, for at most this
+	// long. 0 (the default) reads every bucket on each GET; must not be
+	// negative.
+	ReadStaleness Duration `yaml:"read_staleness"`
 }
 
 // KeyRule marks the keys matching Match as hot.
@@ -256,11 +275,13 @@ type Metrics struct {
 func Default() *Config {
 	return &Config{
 		Listen: "127.0.0.1:6380",
+		TLS:    defaultTLS(),
 		Upstream: Upstream{
 			Mode:         ModeStandalone,
 			Addrs:        []string{"127.0.0.1:6379"},
 			ConnsPerNode: 2,
 			DialTimeout:  Duration(time.Second),
+			ReadTimeout:  Duration(5 * time.Second),
 		},
 		Limits: Limits{
 			MaxClients:       10000,
@@ -317,7 +338,7 @@ func (c *Config) Validate() error {
 func (c *Config) validate() []*Error {
 	var v validator
 
-	v.addr("listen", c.Listen, true)
+	v.validateListeners(c)
 
 	u := &c.Upstream
 	switch u.Mode {
@@ -341,10 +362,12 @@ func (c *Config) validate() []*Error {
 			seenAddr[a] = i
 		}
 	}
+	v.validateUpstreamTLS(&u.TLS)
 	if u.ConnsPerNode < 1 || u.ConnsPerNode > 64 {
 		v.errorf("upstream.conns_per_node", "must be 1..64, got %d", u.ConnsPerNode)
 	}
 	v.positive("upstream.dial_timeout", u.DialTimeout)
+	v.positive("upstream.read_timeout", u.ReadTimeout)
 
 	l := &c.Limits
 	if l.MaxClients < 1 {
@@ -420,6 +443,7 @@ func (c *Config) validate() []*Error {
 		}
 	}
 	v.nonNegative("hotkeys.soldout_ttl", h.SoldoutTTL)
+	v.nonNegative("hotkeys.read_staleness", h.ReadStaleness)
 
 	seenName := map[string]string{}
 	seenBody := map[string]string{}

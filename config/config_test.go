@@ -92,6 +92,7 @@ func TestValidFile(t *testing.T) {
 	}
 	want := &Config{
 		Listen:   ":7000",
+		TLS:      defaultTLS(),
 		Password: "client-secret",
 		Upstream: Upstream{
 			Mode:         ModeCluster,
@@ -100,6 +101,7 @@ func TestValidFile(t *testing.T) {
 			Password:     "upstream-secret",
 			ConnsPerNode: 4,
 			DialTimeout:  Duration(250 * time.Millisecond),
+			ReadTimeout:  Duration(2 * time.Second),
 		},
 		Limits: Limits{
 			MaxClients:  500,
@@ -129,6 +131,7 @@ func TestValidFile(t *testing.T) {
 				DryRun:     true,
 				Demote:     true,
 			},
+			ReadStaleness: Duration(250 * time.Millisecond),
 		},
 		Scripts: []Script{
 			{Name: "take", Body: "return redis.call('decrby', KEYS[1], ARGV[2])", Amount: Amount{ArgvIndex: 2}},
@@ -166,6 +169,7 @@ func TestInvalidFixtures(t *testing.T) {
 		{"upstream-dial-timeout-zero", "upstream.dial_timeout: must be > 0"},
 		{"upstream-dial-timeout-bad", `upstream.dial_timeout: want a duration such as "250ms" or "1s", got "soon"`},
 		{"upstream-dial-timeout-number", `upstream.dial_timeout: want a duration`},
+		{"upstream-read-timeout-zero", "line 2: upstream.read_timeout: must be > 0, got 0s"},
 		{"upstream-password-list", "upstream.password: want a string, got a list"},
 		{"limits-max-clients-zero", "limits.max_clients: must be >= 1"},
 		{"limits-max-clients-string", `line 2: limits.max_clients: want an integer, got "lots"`},
@@ -204,6 +208,7 @@ func TestInvalidFixtures(t *testing.T) {
 		{"detect-promote-empty", "hotkeys.detect.promote[0]: must not be empty"},
 		{"detect-enabled-not-bool", `hotkeys.detect.enabled: want true or false, got "yes please"`},
 		{"soldout-ttl-negative", "hotkeys.soldout_ttl: must not be negative"},
+		{"read-staleness-negative", "hotkeys.read_staleness: must not be negative"},
 		{"scripts-name-empty", "line 2: scripts[0].name: must not be empty"},
 		{"scripts-name-dup", `line 3: scripts[1].name: "d" is listed twice`},
 		{"scripts-body-empty", "scripts[0].body: must not be empty"},
@@ -216,6 +221,14 @@ func TestInvalidFixtures(t *testing.T) {
 		{"scripts-soldout-string", `line 5: scripts[0].soldout: want an integer, got "none"`},
 		{"metrics-listen-bad", `metrics.listen: must be host:port, got "9121"`},
 		{"metrics-listen-same", "metrics.listen: must differ from listen"},
+		{"tls-min-version", `line 4: tls.min_version: must be "1.2" or "1.3", got "1.1"`},
+		{"tls-cert-without-listen", "line 2: tls.cert_file: is set, but tls.listen is empty"},
+		{"tls-listen-no-cert", "line 1: tls.cert_file: is required when tls.listen is set"},
+		{"tls-listen-same", "line 3: tls.listen: must differ from listen (127.0.0.1:6380)"},
+		{"tls-handshake-timeout-zero", "tls.handshake_timeout: must be > 0"},
+		{"upstream-tls-not-enabled", "line 3: upstream.tls.ca_file: is set, but upstream.tls.enabled is false"},
+		{"upstream-tls-cert-no-key", "upstream.tls.key_file: is required when upstream.tls.cert_file is set"},
+		{"upstream-tls-ca-missing", "line 4: upstream.tls.ca_file: cannot read: open testdata/no-such-ca.pem: no such file or directory"},
 		{"not-a-mapping", "line 1: want a mapping of keys"},
 		{"syntax-error", "bad YAML"},
 		{"duplicate-key", `mapping key "listen" already defined`},

@@ -31,6 +31,14 @@
 // an integer or with a Redis-style unit, case-insensitive: "k" is 1000 and
 // "kb" 1024, "m" and "mb", "g" and "gb" likewise, as in redis.conf.
 //
+// # Files
+//
+// The TLS sections (tls, upstream.tls; tls.go) name PEM files. Validate
+// reads them, so a config that validates has certificates and keys that
+// load and CA files that hold certificates; an error names the key whose
+// file is wrong. TLS.ServerConfig and UpstreamTLS.ClientConfig read them
+// again, as they are then: a reload sees a replaced certificate.
+//
 // # Secrets
 //
 // Password fields have type Secret, which prints and serializes as "******"

@@ -30,6 +30,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hotkeyproxy/hotkeyproxy/internal/redistest"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
@@ -58,37 +59,18 @@ func lookTool(t *testing.T, name, install string) string {
 	return path
 }
 
-// syncBuffer collects a child's stdout and stderr as they interleave; it
-// can be read while the child runs.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // clientCmd is a client program to run for at most clientTimeout.
 type clientCmd struct {
 	*exec.Cmd
 	ctx context.Context
-	out *syncBuffer
+	out *redistest.SyncBuffer
 }
 
 func newClientCmd(t *testing.T, name string, args ...string) *clientCmd {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
 	t.Cleanup(cancel)
-	c := &clientCmd{Cmd: exec.CommandContext(ctx, name, args...), ctx: ctx, out: &syncBuffer{}}
+	c := &clientCmd{Cmd: exec.CommandContext(ctx, name, args...), ctx: ctx, out: &redistest.SyncBuffer{}}
 	c.Stdout, c.Stderr = c.out, c.out
 	c.WaitDelay = 5 * time.Second
 	return c

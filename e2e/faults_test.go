@@ -453,7 +453,12 @@ func TestAttackRegressions(t *testing.T) {
 		}
 	})
 	t.Run("SCRIPT KILL reaches Redis while a script is busy", func(t *testing.T) {
-		e := startEnv(t, func(c *config.Config) { c.Upstream.ConnsPerNode = 1 })
+		e := startEnv(t, func(c *config.Config) {
+			c.Upstream.ConnsPerNode = 1
+			// The script's client must still wait when Redis turns busy,
+			// after busy-reply-threshold (5s, as the default read timeout).
+			c.Upstream.ReadTimeout = config.Duration(20 * time.Second)
+		})
 		busy := dialRaw(t, e.ProxyAddr())
 		busy.send([]byte("EVAL \"while true do end\" 0\r\n"))
 		direct := dialRaw(t, e.Redis.Addr())

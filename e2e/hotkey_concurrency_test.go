@@ -740,7 +740,7 @@ func hkFreeAddr(t *testing.T) string {
 // hkProc is one run of the proxy binary.
 type hkProc struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *redistest.SyncBuffer
 	done chan struct{}
 	err  error // valid once done is closed
 }
@@ -750,7 +750,7 @@ type hkProc struct {
 // process is killed when the test ends, if still alive.
 func hkSpawn(t *testing.T, bin, cfgPath, listen string) *hkProc {
 	t.Helper()
-	p := &hkProc{cmd: exec.Command(bin, "--config", cfgPath), out: &syncBuffer{}, done: make(chan struct{})}
+	p := &hkProc{cmd: exec.Command(bin, "--config", cfgPath), out: &redistest.SyncBuffer{}, done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

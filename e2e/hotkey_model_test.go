@@ -592,7 +592,7 @@ type hkmReportEntry struct {
 }
 
 // hkmProxyHotkeys runs PROXY HOTKEYS and checks the shape of its reply
-// (rewrite/report.go): an array of 28-element arrays of fields.
+// (rewrite/report.go): an array of 30-element arrays of fields.
 func hkmProxyHotkeys(t testing.TB, addr string) map[string]hkmReportEntry {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, MaxRetries: -1})
@@ -621,8 +621,8 @@ func hkmProxyHotkeys(t testing.TB, addr string) map[string]hkmReportEntry {
 	out := make(map[string]hkmReportEntry)
 	for i, en := range entries {
 		f, ok := en.([]any)
-		if !ok || len(f) != 28 {
-			t.Fatalf("PROXY HOTKEYS entry %d: %#v, want an array of 28 elements", i, en)
+		if !ok || len(f) != 30 {
+			t.Fatalf("PROXY HOTKEYS entry %d: %#v, want an array of 30 elements", i, en)
 		}
 		names := []string{"key", "buckets", "sum", "sold_out", "bucket_keys", "nodes", "values"}
 		for j, n := range names {

@@ -42,11 +42,11 @@ const clientMemory = "hotkeyproxy_client_memory_bytes"
 
 // startEnvLog is startEnv with the proxy's log written to the returned
 // buffer, at debug level.
-func startEnvLog(t *testing.T, edit func(*config.Config)) (*env, *syncBuffer) {
+func startEnvLog(t *testing.T, edit func(*config.Config)) (*env, *redistest.SyncBuffer) {
 	t.Helper()
 	rs := redistest.Start(t, localredis.Options{})
 	cfg := testConfig(t, config.ModeStandalone, []string{rs.Addr()}, edit)
-	log := &syncBuffer{}
+	log := &redistest.SyncBuffer{}
 	srv, err := proxy.New(cfg, slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bytes"
+	"crypto/tls"
 	"errors"
 	"net"
 	"sync"
@@ -21,6 +23,9 @@ var errOutputLimit = errors.New("proxy: client output buffer limit reached")
 // it takes them; the rest goes to a goroutine that writes it in order in the
 // background, and later replies queue behind it until it is done.
 //
+// A TLS client's replies take the same path once encrypted: wrapTLS puts
+// the tls.Conn on top, whose records come back to send.
+//
 // What is queued is a copy, sized to the bytes, so that the session keeps
 // reusing its reply buffer and the queue holds no spare capacity; only a
 // buffer too big to keep is handed over as it is.
@@ -28,7 +33,13 @@ type clientWriter struct {
 	nc    net.Conn
 	raw   syscall.RawConn // nil when nc is not a socket: then writes block
 	limit int             // most bytes queued for the background writer
-	mem   *memAccount     // the client's share of limits.max_client_memory
+	tls   *tls.Conn       // set by wrapTLS: replies are written through it
+	mem   *memAccount     // the client's share of limits.max_client_memory; set by newSession
+
+	// tryWrite's state, of the session's goroutine only (of the tls.Conn's
+	// writer, which holds its own lock around every record, over TLS).
+	try     tryState
+	writeFD func(fd uintptr) bool
 
 	mu       sync.Mutex
 	queue    [][]byte
@@ -48,20 +59,62 @@ const (
 	drainPiece = maxPendingOut
 )
 
-func newClientWriter(nc net.Conn, limit int, mem *memAccount) *clientWriter {
-	w := &clientWriter{nc: nc, limit: limit, mem: mem, progress: make(chan struct{}, 1)}
+func newClientWriter(nc net.Conn, limit int) *clientWriter {
+	w := &clientWriter{nc: nc, limit: limit, progress: make(chan struct{}, 1)}
 	if sc, ok := nc.(syscall.Conn); ok {
 		w.raw, _ = sc.SyscallConn()
 	}
+	w.writeFD = w.writeStep
 	return w
+}
+
+// tryState is one tryWrite: what to write, how much went, why it stopped.
+type tryState struct {
+	p   []byte
+	n   int
+	err error
+}
+
+// wrapTLS makes w a TLS server's writer and returns the connection to
+// read the client from: the tls.Conn over w's socket, whose records go
+// out through send, so that writing a reply still never waits.
+func (w *clientWriter) wrapTLS(conf *tls.Config) *tls.Conn {
+	w.tls = tls.Server(recordConn{w.nc, w}, conf)
+	return w.tls
+}
+
+// recordConn is the socket under a client's tls.Conn: it writes records
+// as the clientWriter writes replies, queueing what the socket does not
+// take at once.
+type recordConn struct {
+	net.Conn
+	w *clientWriter
+}
+
+func (c recordConn) Write(p []byte) (int, error) {
+	// tls.Conn reuses p once Write returns: whatever is queued is a copy.
+	if _, err := c.w.send(p, true); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 // write sends p, or queues it and reports kept: the caller must then not
 // reuse p.
 func (w *clientWriter) write(p []byte) (kept bool, err error) {
+	if w.tls != nil {
+		_, err := w.tls.Write(p) // encrypted into records that send takes
+		return false, err
+	}
+	return w.send(p, false)
+}
+
+// send is write on the socket itself. With clone set, what is queued is a
+// copy of p, so the caller may reuse p whatever kept says.
+func (w *clientWriter) send(p []byte, clone bool) (kept bool, err error) {
 	w.mu.Lock()
 	if w.err != nil || w.running != nil {
-		kept, added := w.enqueue(p)
+		kept, added := w.enqueue(p, clone)
 		err := w.err
 		w.mu.Unlock()
 		w.mem.add(int64(added))
@@ -80,7 +133,7 @@ func (w *clientWriter) write(p []byte) (kept bool, err error) {
 	}
 	w.mu.Lock()
 	w.running = make(chan struct{})
-	kept, added := w.enqueue(p[n:])
+	kept, added := w.enqueue(p[n:], clone)
 	err = w.err
 	go w.drain(w.running)
 	w.mu.Unlock()
@@ -88,15 +141,16 @@ func (w *clientWriter) write(p []byte) (kept bool, err error) {
 	return kept, err
 }
 
-// enqueue adds p, or a copy, for the background writer and returns
-// whether it kept p and how many bytes it queued; w.mu is held.
-func (w *clientWriter) enqueue(p []byte) (kept bool, added int) {
+// enqueue adds p, or a copy of it, for the background writer and returns
+// whether it kept p and how many bytes it queued; w.mu is held. It copies
+// when clone is set or p is small enough for the caller to keep reusing.
+func (w *clientWriter) enqueue(p []byte, clone bool) (kept bool, added int) {
 	if w.err != nil || len(p) == 0 {
 		return false, 0
 	}
-	kept = cap(p) > keepMax
+	kept = !clone && cap(p) > keepMax
 	if !kept {
-		p = append([]byte(nil), p...)
+		p = bytes.Clone(p)
 	}
 	w.queue = append(w.queue, p)
 	if w.queued.Add(int64(len(p))) > int64(w.limit) {
@@ -141,30 +195,36 @@ func (w *clientWriter) tryWrite(p []byte) (int, error) {
 	if w.raw == nil {
 		return w.nc.Write(p)
 	}
-	n := 0
-	var werr error
-	err := w.raw.Write(func(fd uintptr) bool {
-		for n < len(p) {
-			m, err := syscall.Write(int(fd), p[n:])
-			if m > 0 {
-				n += m
-			}
-			if err == syscall.EINTR {
-				continue
-			}
-			if err != nil {
-				if err != syscall.EAGAIN {
-					werr = err
-				}
-				break
-			}
-		}
-		return true // never wait: what is left goes to the background
-	})
-	if werr != nil {
-		err = werr
+	w.try = tryState{p: p}
+	err := w.raw.Write(w.writeFD)
+	if w.try.err != nil {
+		err = w.try.err
 	}
+	n := w.try.n
+	w.try = tryState{}
 	return n, err
+}
+
+// writeStep is tryWrite's step on the socket; writeFD holds it as a method
+// value made once, so that a write allocates no closure.
+func (w *clientWriter) writeStep(fd uintptr) bool {
+	t := &w.try
+	for t.n < len(t.p) {
+		m, err := syscall.Write(int(fd), t.p[t.n:])
+		if m > 0 {
+			t.n += m
+		}
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			if err != syscall.EAGAIN {
+				t.err = err
+			}
+			break
+		}
+	}
+	return true // never wait: what is left goes to the background
 }
 
 func (w *clientWriter) drain(done chan struct{}) {

@@ -48,7 +48,8 @@ func testAccount() *memAccount {
 func TestClientWriterBackpressure(t *testing.T) {
 	p, c := tcpPair(t)
 	mem := testAccount()
-	w := newClientWriter(p, 64<<20, mem)
+	w := newClientWriter(p, 64<<20)
+	w.mem = mem
 	var data []byte
 	buf := make([]byte, 1<<20) // the session's reply buffer, reused
 	for i := range 8 {
@@ -92,7 +93,8 @@ func TestClientWriterBackpressure(t *testing.T) {
 func TestClientWriterLimit(t *testing.T) {
 	p, _ := tcpPair(t)
 	mem := testAccount()
-	w := newClientWriter(p, 1<<20, mem)
+	w := newClientWriter(p, 1<<20)
+	w.mem = mem
 	chunk := make([]byte, 256<<10)
 	var err error
 	for i := 0; i < 64 && err == nil; i++ {

@@ -310,29 +310,35 @@ func lookup(args [][]byte, buf *[24]byte) (c *command, name []byte) {
 			return sc, name
 		}
 	}
-	if c.blockForm != nil && hasBlockOption(args) {
-		return c.blockForm, name
+	if c.blockForm != nil {
+		if _, ok := blockOption(args); ok {
+			return c.blockForm, name
+		}
 	}
 	return c, name
 }
 
-// hasBlockOption reports whether XREAD/XREADGROUP has a BLOCK option:
-// options come before STREAMS, and XREADGROUP's GROUP takes two values that
-// may be any word, "block" and "streams" included.
-func hasBlockOption(args [][]byte) bool {
+// blockOption finds the BLOCK option of XREAD/XREADGROUP and its value
+// (nil when BLOCK is the last argument): options come before STREAMS, and
+// XREADGROUP's GROUP takes two values that may be any word, "block" and
+// "streams" included.
+func blockOption(args [][]byte) (value []byte, ok bool) {
 	for i := 1; i < len(args); i++ {
 		switch a := args[i]; {
 		case bytes.EqualFold(a, []byte("block")):
-			return true
+			if i+1 < len(args) {
+				value = args[i+1]
+			}
+			return value, true
 		case bytes.EqualFold(a, []byte("streams")):
-			return false
+			return nil, false
 		case bytes.EqualFold(a, []byte("group")):
 			i += 2
 		case bytes.EqualFold(a, []byte("count")):
 			i++
 		}
 	}
-	return false
+	return nil, false
 }
 
 // refusedName is the command as a refusal names it: with its subcommand

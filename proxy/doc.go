@@ -2,10 +2,12 @@
 // whose sessions relay every command to an upstream Redis and write the
 // replies back byte for byte, in request order.
 //
-// A Server runs one session goroutine per client. A session reads all the
-// commands a client has pipelined (resp.CommandReader), routes each by the
-// command table in commands.go, and sends the relayed ones upstream as one
-// batch. Replies are framed, never decoded (resp.ReadReply), so status,
+// A Server runs one session goroutine per client, from a plain listener
+// (Serve), a TLS one (ServeTLS: crypto/tls with the running config's
+// certificates, swapped by Apply, so a reload changes new handshakes
+// only), or both. A session reads all the commands a client has
+// pipelined (resp.CommandReader), routes each by the command table in
+// commands.go, and sends the relayed ones upstream as one batch. Replies are framed, never decoded (resp.ReadReply), so status,
 // bulk, nil and error replies reach the client as Redis sent them.
 //
 // Upstream connections come in two kinds:
@@ -40,5 +42,10 @@
 // Failures: a Redis error reply is relayed and the connection stays. A
 // transport failure retires the connection; every request in flight gets
 // "-ERR upstream unavailable: …", and the next request dials again, so the
-// proxy recovers by itself when Redis returns.
+// proxy recovers by itself when Redis returns. No wait is unbounded: a
+// request with no reply within upstream.read_timeout gets "-ERR upstream
+// timeout: …" (package upstream times the shared connections; the session
+// its own connection, a blocking command by its own timeout on top, a
+// subscription not at all), and a client whose own connection timed out
+// is closed, as when that connection fails.
 package proxy

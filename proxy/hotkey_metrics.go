@@ -17,9 +17,9 @@ const detectedTopN = 10
 type hotKeyCollector struct {
 	srv *Server
 
-	deducts, unitsSold, soldOutLocal, ringHops, upstreamCalls *prometheus.Desc
-	bucketValue                                               *prometheus.Desc
-	tracked, topRate, promotions, demotions                   *prometheus.Desc
+	deducts, unitsSold, soldOutLocal, readsLocal, ringHops, upstreamCalls *prometheus.Desc
+	bucketValue                                                           *prometheus.Desc
+	tracked, topRate, promotions, demotions                               *prometheus.Desc
 }
 
 func newHotKeyCollector(srv *Server) *hotKeyCollector {
@@ -33,6 +33,8 @@ func newHotKeyCollector(srv *Server) *hotKeyCollector {
 			"Units the successful deducts on a hot key took.", key, nil),
 		soldOutLocal: prometheus.NewDesc("hotkeyproxy_hotkey_sold_out_local_total",
 			"Sold-out answers to deduct scripts given from memory (hotkeys.soldout_ttl), without an upstream call.", key, nil),
+		readsLocal: prometheus.NewDesc("hotkeyproxy_hotkey_reads_local_total",
+			"GETs of a hot key answered from memory within hotkeys.read_staleness, without an upstream call.", key, nil),
 		ringHops: prometheus.NewDesc("hotkeyproxy_hotkey_ring_hops_total",
 			"Buckets deduct scripts were run on; divided by deducts, the ring's cost (1: the first bucket tried had the stock).", key, nil),
 		upstreamCalls: prometheus.NewDesc("hotkeyproxy_hotkey_upstream_commands_total",
@@ -53,7 +55,7 @@ func newHotKeyCollector(srv *Server) *hotKeyCollector {
 
 // Describe implements prometheus.Collector.
 func (c *hotKeyCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.deducts, c.unitsSold, c.soldOutLocal, c.ringHops, c.upstreamCalls,
+	for _, d := range []*prometheus.Desc{c.deducts, c.unitsSold, c.soldOutLocal, c.readsLocal, c.ringHops, c.upstreamCalls,
 		c.bucketValue, c.tracked, c.topRate, c.promotions, c.demotions} {
 		ch <- d
 	}
@@ -70,6 +72,7 @@ func (c *hotKeyCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.deducts, k.DeductsFailed, k.Key, "error")
 		counter(c.unitsSold, k.UnitsSold, k.Key)
 		counter(c.soldOutLocal, k.SoldOutLocal, k.Key)
+		counter(c.readsLocal, k.ReadsLocal, k.Key)
 		counter(c.ringHops, k.RingHops, k.Key)
 		counter(c.upstreamCalls, k.UpstreamCalls, k.Key)
 		for i, v := range k.Buckets {

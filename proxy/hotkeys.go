@@ -31,8 +31,7 @@ func (s *session) hotCommand(cmd *resp.Command, c *command, name string) bool {
 		}
 		return false
 	}
-	var buf [8]int
-	idx, _ := table.Keys(cmd.Args, buf[:0])
+	idx, _ := table.Keys(cmd.Args, s.keysBuf[:0])
 	if sampled {
 		s.observe(table, cmd.Args, idx)
 	}

@@ -123,7 +123,7 @@ func (s *session) authFailed() {
 		t := time.NewTimer(d)
 		select {
 		case <-t.C:
-		case <-s.srv.stopping:
+		case <-s.srv.stop:
 		}
 		t.Stop()
 	}

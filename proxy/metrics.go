@@ -49,13 +49,15 @@ type metrics struct {
 	commandSeconds *commandHistograms     // command
 	byCommand      []atomic.Pointer[commandMetrics]
 
-	rejectedClients prometheus.Counter            // reason max_clients
-	rejectedPerIP   prometheus.Counter            // reason max_clients_per_ip
-	evicted         map[string]prometheus.Counter // by reason: evictMemory, evictOutput, evictQuery
-	authFailures    prometheus.Counter
+	rejectedClients      prometheus.Counter            // reason max_clients
+	rejectedPerIP        prometheus.Counter            // reason max_clients_per_ip
+	evicted              map[string]prometheus.Counter // by reason: evictMemory, evictOutput, evictQuery
+	authFailures         prometheus.Counter
+	tlsHandshakeFailures prometheus.Counter
 
 	upstreamRequests *prometheus.CounterVec   // node
 	upstreamErrors   *prometheus.CounterVec   // node
+	upstreamTimeouts *prometheus.CounterVec   // node
 	upstreamSeconds  *prometheus.HistogramVec // node
 
 	moved, ask   prometheus.Counter
@@ -78,6 +80,10 @@ func newMetrics(reg *prometheus.Registry, clients func() int, clientMemory func(
 			Name: "hotkeyproxy_auth_failures_total",
 			Help: "AUTH and HELLO ... AUTH commands refused for a wrong username or password.",
 		}),
+		tlsHandshakeFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hotkeyproxy_tls_handshake_failures_total",
+			Help: "Clients of the TLS listener (tls.listen) closed because their TLS handshake failed or did not end within tls.handshake_timeout.",
+		}),
 		upstreamRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hotkeyproxy_upstream_requests_total",
 			Help: "Requests written to an upstream node's shared connections, by node address.",
@@ -85,6 +91,10 @@ func newMetrics(reg *prometheus.Registry, clients func() int, clientMemory func(
 		upstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hotkeyproxy_upstream_errors_total",
 			Help: "Transport failures with an upstream node, by node address: failed dials and broken connections. Redis error replies are not counted here.",
+		}, []string{"node"}),
+		upstreamTimeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hotkeyproxy_upstream_timeouts_total",
+			Help: "Upstream connections closed for want of a reply, by node address: a request waited past upstream.read_timeout (plus a blocking command's own timeout), or the node was found down with requests in flight. Every request in flight on it got \"ERR upstream timeout\". Also counted in hotkeyproxy_upstream_errors_total.",
 		}, []string{"node"}),
 		upstreamSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "hotkeyproxy_upstream_batch_duration_seconds",
@@ -125,8 +135,8 @@ func newMetrics(reg *prometheus.Registry, clients func() int, clientMemory func(
 	m.reloadOK = reloads.WithLabelValues(resultOK)
 	m.reloadFailed = reloads.WithLabelValues(resultError)
 	reg.MustRegister(
-		m.commands, m.commandSeconds, rejected, evicted, m.authFailures,
-		m.upstreamRequests, m.upstreamErrors, m.upstreamSeconds,
+		m.commands, m.commandSeconds, rejected, evicted, m.authFailures, m.tlsHandshakeFailures,
+		m.upstreamRequests, m.upstreamErrors, m.upstreamTimeouts, m.upstreamSeconds,
 		redirects, reloads,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "hotkeyproxy_connected_clients",
@@ -174,6 +184,7 @@ func (m *metrics) node(addr string) *upstream.NodeMetrics {
 	return &upstream.NodeMetrics{
 		Requests: m.upstreamRequests.WithLabelValues(addr),
 		Errors:   m.upstreamErrors.WithLabelValues(addr),
+		Timeouts: m.upstreamTimeouts.WithLabelValues(addr),
 		Seconds:  m.upstreamSeconds.WithLabelValues(addr),
 	}
 }

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,24 +22,6 @@ import (
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
-// syncBuffer is a log destination the test reads while the proxy writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // metricsEnv is a real Redis, a proxy in front of it serving clients and
 // its metrics listener, and the proxy's log.
 type metricsEnv struct {
@@ -49,7 +29,7 @@ type metricsEnv struct {
 	srv     *Server
 	addr    string // clients
 	metrics string // http://host:port
-	log     *syncBuffer
+	log     *redistest.SyncBuffer
 }
 
 func startMetricsEnv(t *testing.T, edit func(*config.Config)) *metricsEnv {
@@ -65,7 +45,7 @@ func startMetricsEnv(t *testing.T, edit func(*config.Config)) *metricsEnv {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &redistest.SyncBuffer{}
 	srv, err := New(cfg, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,9 @@ package proxy
 import (
 	"bufio"
 	"errors"
+	"math"
 	"net"
+	"strconv"
 	"time"
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
@@ -22,8 +24,9 @@ import (
 // transactions, blocking commands and pub/sub. The session uses it
 // synchronously, so it has no goroutines of its own.
 type ownConn struct {
-	nc net.Conn
-	br *bufio.Reader
+	nc   net.Conn
+	br   *bufio.Reader
+	pool *upstream.Pool // of its node
 }
 
 func (s *session) setOwn(own *ownConn) {
@@ -36,20 +39,36 @@ func (s *session) setOwn(own *ownConn) {
 	}
 }
 
-func (s *session) ownRoundTrip(blocking bool) {
+// ownRoundTrip sends the batch on the client's own connection and reads
+// its replies, within upstream.read_timeout, plus the own timeout of
+// block, the command that ends the batch when it may block (BLPOP k 10:
+// 10 s more; BLPOP k 0: no limit). On a timeout the client gets "ERR
+// upstream timeout" and is closed, as on any failure of its connection.
+func (s *session) ownRoundTrip(block *resp.Command) {
 	b := &s.b
+	limit, forever := s.srv.cfg.Upstream.ReadTimeout.Duration(), false
+	if block != nil && !s.tx.open { // inside MULTI it is only queued
+		d, f := blockTimeout(block.Args)
+		limit, forever = limit+d, f
+	}
+	var deadline time.Time
+	if !forever {
+		deadline = time.Now().Add(limit)
+	}
+	s.own.nc.SetDeadline(deadline)
 	if _, err := s.own.nc.Write(b.Req); err != nil {
-		s.failBatch(0, b.N, err)
+		s.failBatch(0, b.N, s.ownTimeout(err, limit))
 		return
 	}
 	var stop func() (clientGone bool)
-	if blocking {
+	if block != nil {
 		stop = s.watchClient()
 	}
 	okLen, done := len(s.out), 0
 	var err error
 	for ; done < b.N; done++ {
 		if s.out, err = resp.ReadReply(s.own.br, s.out); err != nil {
+			err = s.ownTimeout(err, limit)
 			break
 		}
 		okLen = len(s.out)
@@ -65,6 +84,52 @@ func (s *session) ownRoundTrip(blocking bool) {
 		s.out = s.out[:okLen]
 		s.failBatch(done, b.N, err)
 	}
+}
+
+// ownTimeout is err, or the TimeoutError to give the client when err is
+// the own connection's deadline passing after limit.
+func (s *session) ownTimeout(err error, limit time.Duration) error {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return s.own.pool.TimedOut(limit)
+	}
+	return err
+}
+
+// blockTimeout is how long a command that may block can make Redis wait
+// before it answers, by its own timeout argument as Redis 7.0 reads it:
+// seconds, a decimal, for BLPOP, BRPOP, BRPOPLPUSH, BLMOVE, BZPOPMIN and
+// BZPOPMAX (the last argument), BLMPOP and BZMPOP (the first);
+// milliseconds for XREAD and XREADGROUP BLOCK, WAIT and WAITAOF (the
+// last). forever is set for 0, which waits without a limit. Any other
+// command, and a timeout Redis refuses (not a number, negative), gives 0:
+// Redis answers at once.
+func blockTimeout(args [][]byte) (d time.Duration, forever bool) {
+	var buf [24]byte
+	var arg []byte
+	unit := time.Second
+	switch name := string(lowerName(args[0], &buf)); name {
+	case "blpop", "brpop", "brpoplpush", "blmove", "bzpopmin", "bzpopmax":
+		arg = args[len(args)-1]
+	case "blmpop", "bzmpop":
+		if len(args) > 1 {
+			arg = args[1]
+		}
+	case "xread", "xreadgroup", "wait", "waitaof":
+		unit = time.Millisecond
+		arg = args[len(args)-1]
+		if name == "xread" || name == "xreadgroup" {
+			arg, _ = blockOption(args)
+		}
+	}
+	n, err := strconv.ParseFloat(string(arg), 64)
+	switch {
+	case err != nil || math.IsNaN(n) || n < 0 || unit == time.Millisecond && n != math.Trunc(n):
+		return 0, false
+	case n == 0 || n*float64(unit) >= math.MaxInt64: // none, or past any wait that matters
+		return 0, true
+	}
+	return time.Duration(n * float64(unit)), false
 }
 
 // watchClient reads from the client while a blocking command waits
@@ -130,7 +195,7 @@ func (s *session) pin(p *upstream.Pool) bool {
 		s.out = redcon.AppendError(s.out, upstream.ErrorText(err))
 		return false
 	}
-	s.setOwn(&ownConn{nc: nc, br: br})
+	s.setOwn(&ownConn{nc: nc, br: br, pool: p})
 	return true
 }
 
@@ -169,11 +234,15 @@ func (s *session) ownOn(n *upstream.Node) bool {
 // since a transaction or a WATCH cannot be split between two nodes.
 // blocking: cmd may block (see flushBlocking).
 func (s *session) ownExchange(cmd *resp.Command, blocking, ask bool, moveTo func(*upstream.Node) bool) (mark int) {
+	var block *resp.Command
+	if blocking {
+		block = cmd
+	}
 	for try := 0; ; try++ {
 		s.flush()
 		mark = len(s.out)
 		s.forward(cmd)
-		s.send(blocking)
+		s.send(block)
 		slot, addr, asking := upstream.ParseRedirect(s.out[mark:])
 		if addr == "" || asking && !ask || s.quit {
 			return mark
@@ -238,19 +307,14 @@ func (s *session) killEverywhere(cmd *resp.Command) {
 	s.reply(first)
 }
 
+// killOn sends req to n on a connection of its own, within the dial
+// timeout: a node running a script answers SCRIPT KILL at once.
 func killOn(n *upstream.Node, req []byte) []byte {
-	nc, br, err := n.Pool.Dial(0)
+	replies, err := n.Pool.Ask(req, 1)
 	if err != nil {
 		return redcon.AppendError(nil, upstream.ErrorText(err))
 	}
-	defer nc.Close()
-	if _, err = nc.Write(req); err == nil {
-		var reply []byte
-		if reply, err = resp.ReadReply(br, nil); err == nil {
-			return reply
-		}
-	}
-	return redcon.AppendError(nil, upstream.ErrorText(err))
+	return replies[0]
 }
 
 // rawOf is cmd as RESP, as it came when it came so.

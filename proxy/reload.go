@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"crypto/tls"
 	"errors"
 	"reflect"
 	"strings"
@@ -18,22 +19,43 @@ import (
 var errNoReloader = errors.New("the proxy was not started from a config file")
 
 // config is the running configuration: the one New got, or the last one
-// Apply took. What needs a restart (listen, upstream, metrics.listen,
-// log.format) is read from s.cfg, the one the server started with.
+// Apply took. What needs a restart (listen, tls.listen, upstream,
+// metrics.listen, log.format) is read from s.cfg, the one the server
+// started with.
 func (s *Server) config() *config.Config { return s.live.Load() }
 
 // Apply makes cfg, already validated, the running configuration for what
-// can change live: hot-key rules, deduct scripts, hotkeys.soldout_ttl,
-// the detector's settings, the client password and limits (limits for
-// clients that connect from now on). No client is dropped. It returns the
-// YAML paths of the settings that differ from those the server started
-// with but only a restart applies.
-func (s *Server) Apply(cfg *config.Config) (restart []string) {
+// can change live: hot-key rules, deduct scripts, hotkeys.soldout_ttl and
+// read_staleness, the detector's settings, the client password, limits
+// (limits for clients that connect from now on), and the TLS listener's
+// certificate, client CAs, min_version and handshake_timeout, read from
+// their files again even when the paths are the same (for handshakes from
+// now on; the clients connected keep their sessions). No client is
+// dropped. It returns the YAML paths of the settings that differ from
+// those the server started with but only a restart applies. When the TLS
+// files do not load, nothing is applied and the error (an *config.Error
+// naming the key) is returned.
+func (s *Server) Apply(cfg *config.Config) (restart []string, err error) {
+	var tlsConf *tls.Config
+	if s.cfg.TLS.Listen != "" && cfg.TLS.Listen != "" {
+		if tlsConf, err = cfg.TLS.ServerConfig(); err != nil {
+			return nil, err
+		}
+	}
 	running := *cfg
 	// What only a restart changes stays as started, so that PROXY CONFIG
 	// GET shows what runs.
 	running.Listen, running.Upstream, running.Metrics, running.Log.Format = s.cfg.Listen, s.cfg.Upstream, s.cfg.Metrics, s.cfg.Log.Format
+	if tlsConf == nil {
+		// No TLS listener runs, or the file turns it off, which needs a
+		// restart: the certificates stay as they are.
+		running.TLS = s.config().TLS
+	}
+	running.TLS.Listen = s.cfg.TLS.Listen
 	s.live.Store(&running)
+	if tlsConf != nil {
+		s.tlsConf.Store(tlsConf)
+	}
 	s.hot.Reload(cfg)
 	if err := s.detect.reload(cfg.Hotkeys.Detect); err != nil {
 		s.log.Error("detector settings not applied", "err", err) // Validate refuses what NewDetector does
@@ -43,6 +65,7 @@ func (s *Server) Apply(cfg *config.Config) (restart []string) {
 		old, new any
 	}{
 		{"listen", s.cfg.Listen, cfg.Listen},
+		{"tls.listen", s.cfg.TLS.Listen, cfg.TLS.Listen},
 		{"upstream", s.cfg.Upstream, cfg.Upstream},
 		{"metrics.listen", s.cfg.Metrics.Listen, cfg.Metrics.Listen},
 		{"log.format", s.cfg.Log.Format, cfg.Log.Format},
@@ -51,7 +74,7 @@ func (s *Server) Apply(cfg *config.Config) (restart []string) {
 			restart = append(restart, f.path)
 		}
 	}
-	return restart
+	return restart, nil
 }
 
 // SetReloader sets what PROXY CONFIG RELOAD runs: read the config again

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
@@ -30,21 +31,29 @@ type Server struct {
 	hot      *rewrite.Engine // hot keys: the configured ones and those met
 	detect   *detection      // finds hot keys in the traffic
 
-	closing atomic.Bool
-	nextID  atomic.Uint64
+	// tlsConf is what the TLS listener's handshakes use: tls.* of the
+	// running config, loaded; nil without tls.listen. Apply swaps it, so
+	// a reload changes new handshakes only. tlsBase hands it to each.
+	tlsConf atomic.Pointer[tls.Config]
+	tlsBase *tls.Config
+
+	closing    atomic.Bool
+	nextID     atomic.Uint64
+	background sync.Once     // starts the goroutines every Serve shares
+	stop       chan struct{} // closed by Shutdown: they end
 
 	m           *metrics
 	ready       readiness      // Ready's last answer
 	httpServers []*http.Server // ServeMetrics's; guarded by mu
 
-	mu       sync.Mutex // guards ln, sessions, perIP and httpServers
-	ln       net.Listener
+	mu       sync.Mutex   // guards ln, tlsLn, sessions, perIP and httpServers
+	ln       net.Listener // Serve's
+	tlsLn    net.Listener // ServeTLS's
 	sessions map[*session]struct{}
 	perIP    map[netip.Addr]int // sessions by the client's IP address
 	wg       sync.WaitGroup     // one per running session
 
-	clientMem clientMemory  // what the sessions hold, for limits.max_client_memory
-	stopping  chan struct{} // closed when Shutdown begins: wakes sessions that wait
+	clientMem clientMemory // what the sessions hold, for limits.max_client_memory
 }
 
 // New returns a server for cfg, which must have passed cfg.Validate. A
@@ -53,10 +62,20 @@ type Server struct {
 // Either way the proxy starts while Redis is still down and recovers when
 // it is back.
 func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
-	s := &Server{cfg: cfg, log: log, sessions: make(map[*session]struct{}), perIP: make(map[netip.Addr]int), stopping: make(chan struct{})}
+	s := &Server{cfg: cfg, log: log, sessions: make(map[*session]struct{}), perIP: make(map[netip.Addr]int), stop: make(chan struct{})}
 	s.live.Store(cfg)
 	s.m = newMetrics(prometheus.NewRegistry(), s.Clients, s.clientMem.total.Load)
 	var err error
+	if cfg.TLS.Listen != "" {
+		conf, err := cfg.TLS.ServerConfig()
+		if err != nil {
+			return nil, err
+		}
+		s.tlsConf.Store(conf)
+		s.tlsBase = &tls.Config{GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			return s.tlsConf.Load(), nil
+		}}
+	}
 	s.up, err = upstream.New(&cfg.Upstream, log, upstream.Metrics{Node: s.m.node, Moved: s.m.moved, Ask: s.m.ask})
 	if err != nil {
 		return nil, err
@@ -69,31 +88,74 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	return s, nil
 }
 
-// ListenAndServe listens on cfg.Listen and serves until Shutdown.
+// ListenAndServe listens on cfg.Listen and, when set, cfg.TLS.Listen, and
+// serves both until Shutdown. It returns the first listener's error.
 func (s *Server) ListenAndServe() error {
-	ln, err := net.Listen("tcp", s.cfg.Listen)
-	if err != nil {
-		return err
+	serves := []struct {
+		addr  string
+		serve func(net.Listener) error
+	}{{s.cfg.Listen, s.Serve}, {s.cfg.TLS.Listen, s.ServeTLS}}
+	errc := make(chan error, len(serves))
+	n := 0
+	for _, l := range serves {
+		if l.addr == "" {
+			continue
+		}
+		ln, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			s.Shutdown(context.Background())
+			return err
+		}
+		n++
+		go func() { errc <- l.serve(ln) }()
 	}
-	return s.Serve(ln)
+	var first error
+	for range n {
+		if err := <-errc; err != nil && first == nil {
+			first = err
+			s.Shutdown(context.Background())
+		}
+	}
+	return first
 }
 
 // Serve accepts clients on ln until Shutdown, after which it returns nil.
-func (s *Server) Serve(ln net.Listener) error {
+func (s *Server) Serve(ln net.Listener) error { return s.serve(ln, false) }
+
+// ServeTLS is Serve for a TLS listener: each client first does a TLS
+// handshake with the certificates of the running config (tls.cert_file,
+// …, as last loaded by New or Apply), which must end within
+// tls.handshake_timeout. A failed handshake closes the client and is
+// counted, and logged at debug level. It needs tls.listen in the config
+// the server was made with, though ln may listen elsewhere (tests use
+// port 0).
+func (s *Server) ServeTLS(ln net.Listener) error {
+	if s.tlsBase == nil {
+		ln.Close()
+		return errors.New("proxy: ServeTLS without tls.listen in the config")
+	}
+	return s.serve(ln, true)
+}
+
+func (s *Server) serve(ln net.Listener, overTLS bool) error {
 	s.mu.Lock()
 	if s.closing.Load() {
 		s.mu.Unlock()
 		ln.Close()
 		return nil
 	}
-	s.ln = ln
-	s.mu.Unlock()
-	stop := make(chan struct{})
-	defer close(stop)
-	if c := s.cfg; len(c.Hotkeys.Keys) > 0 || len(c.Scripts) > 0 || c.Hotkeys.Detect.Enabled {
-		go s.followLayouts(stop)
+	if overTLS {
+		s.tlsLn = ln
+	} else {
+		s.ln = ln
 	}
-	go s.watchDetected(stop)
+	s.mu.Unlock()
+	s.background.Do(func() {
+		if c := s.cfg; len(c.Hotkeys.Keys) > 0 || len(c.Scripts) > 0 || c.Hotkeys.Detect.Enabled {
+			go s.followLayouts(s.stop)
+		}
+		go s.watchDetected(s.stop)
+	})
 
 	var backoff time.Duration
 	for {
@@ -113,17 +175,18 @@ func (s *Server) Serve(ln net.Listener) error {
 			continue
 		}
 		backoff = 0
-		s.accept(nc)
+		s.accept(nc, overTLS)
 	}
 }
 
-func (s *Server) accept(nc net.Conn) {
+func (s *Server) accept(nc net.Conn, overTLS bool) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 		tc.SetKeepAlive(true)
 	}
 	ip := remoteIP(nc)
-	limits := &s.config().Limits
+	cfg := s.config()
+	limits := &cfg.Limits
 	s.mu.Lock()
 	var refusal string
 	switch {
@@ -135,7 +198,14 @@ func (s *Server) accept(nc net.Conn) {
 		refusal = msgMaxClientsPerIP
 		s.m.rejectedPerIP.Inc()
 	default:
-		sess := newSession(s, nc, s.nextID.Add(1))
+		w := newClientWriter(nc, int(limits.QueryBuffer))
+		if overTLS {
+			// Set before the session is listed, so that Shutdown's deadline,
+			// which wakes listed sessions, comes after it and wins.
+			nc.SetDeadline(time.Now().Add(cfg.TLS.HandshakeTimeout.Duration()))
+			nc = w.wrapTLS(s.tlsBase)
+		}
+		sess := newSession(s, nc, w, s.nextID.Add(1))
 		s.sessions[sess] = struct{}{}
 		s.perIP[ip]++
 		s.wg.Add(1)
@@ -143,12 +213,15 @@ func (s *Server) accept(nc net.Conn) {
 		go func() {
 			defer s.wg.Done()
 			defer s.removeSession(sess, ip)
+			if overTLS && !sess.handshake() {
+				return
+			}
 			sess.serve()
 		}()
 		return
 	}
 	s.mu.Unlock()
-	if refusal != "" {
+	if refusal != "" && !overTLS { // a TLS client would read the words as a broken handshake
 		nc.Write([]byte("-" + refusal + "\r\n"))
 	}
 	nc.Close()
@@ -177,13 +250,18 @@ func (s *Server) removeSession(sess *session, ip netip.Addr) {
 }
 
 // Addr is the address the server listens on, or nil before Serve.
-func (s *Server) Addr() net.Addr {
+func (s *Server) Addr() net.Addr { return s.addr(&s.ln) }
+
+// TLSAddr is the address of the TLS listener, or nil before ServeTLS.
+func (s *Server) TLSAddr() net.Addr { return s.addr(&s.tlsLn) }
+
+func (s *Server) addr(ln *net.Listener) net.Addr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ln == nil {
+	if *ln == nil {
 		return nil
 	}
-	return s.ln.Addr()
+	return (*ln).Addr()
 }
 
 // Clients reports how many clients are connected.
@@ -199,10 +277,12 @@ func (s *Server) Clients() int {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.closing.Swap(true) {
-		close(s.stopping)
+		close(s.stop)
 	}
-	if s.ln != nil {
-		s.ln.Close()
+	for _, ln := range []net.Listener{s.ln, s.tlsLn} {
+		if ln != nil {
+			ln.Close()
+		}
 	}
 	for sess := range s.sessions {
 		// Wakes sessions waiting for input; a session in the middle of a

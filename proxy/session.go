@@ -51,9 +51,14 @@ type session struct {
 	name   []byte
 	authed bool
 
-	out []byte // replies not yet written to the client
-	w   *clientWriter
-	b   upstream.Batch // requests not yet sent upstream
+	out    []byte // replies not yet written to the client
+	w      *clientWriter
+	b      upstream.Batch // requests not yet sent upstream
+	shared *upstream.Conn // the shared connection for db, cached (Pool.Send)
+	own    *ownConn       // the client's own connection, once it needed one
+	quit   bool           // close once out is written
+	tx     txState
+
 	// batchMax is how many commands the next batch may hold: fewer than
 	// maxBatchCommands when the last one's replies were big.
 	batchMax int
@@ -64,12 +69,8 @@ type session struct {
 	pendingMax int
 	unbounded  bool
 
-	mem    memAccount     // what the session holds, for limits.max_client_memory
-	memOwn int64          // the part account counted: the buffers the session holds itself
-	shared *upstream.Conn // the shared connection for db, cached
-	own    *ownConn       // the client's own connection, once it needed one
-	quit   bool           // close once out is written
-	tx     txState
+	mem    memAccount // what the session holds, for limits.max_client_memory
+	memOwn int64      // the part account counted: the buffers the session holds itself
 
 	// ownNC is own's connection for abort, which runs on another goroutine.
 	ownMu sync.Mutex
@@ -94,9 +95,12 @@ type session struct {
 	markEnds []int  // where each argument ends in markArgs
 
 	nameBuf [24]byte
+	keysBuf [8]int // hotCommand's key positions, kept off the heap
 }
 
-func newSession(srv *Server, nc net.Conn, id uint64) *session {
+// newSession is the session of the client on nc, whose replies w writes
+// (w.tls is nc over TLS).
+func newSession(srv *Server, nc net.Conn, w *clientWriter, id uint64) *session {
 	limits := &srv.config().Limits
 	s := &session{
 		srv:        srv,
@@ -110,7 +114,8 @@ func newSession(srv *Server, nc net.Conn, id uint64) *session {
 	}
 	s.rd.SetAuthRequired(!s.authed)
 	s.rd.SetGrowHook(s.account)
-	s.w = newClientWriter(nc, int(limits.QueryBuffer), &s.mem)
+	s.w = w
+	w.mem = &s.mem
 	s.b.DoneCh = make(chan struct{}, 1)
 	s.tx.slot = -1
 	s.cs.RoundTrip = upstream.NewRoundTrip(srv.up.Cluster, id)
@@ -175,9 +180,23 @@ func (s *session) backpressure() {
 		s.unbounded = false
 		return
 	}
-	if !s.unbounded && s.w.waitBelow(s.pendingMax, stallGrace, s.srv.stopping) {
+	if !s.unbounded && s.w.waitBelow(s.pendingMax, stallGrace, s.srv.stop) {
 		s.unbounded = true
 	}
+}
+
+// handshake runs the TLS handshake of a client of ServeTLS, within the
+// deadline accept set, and reports whether it succeeded; a failure closes
+// the client.
+func (s *session) handshake() bool {
+	if err := s.w.tls.Handshake(); err != nil {
+		s.srv.m.tlsHandshakeFailures.Inc()
+		s.srv.log.Debug("client TLS handshake failed", "client", s.nc.RemoteAddr().String(), "err", err)
+		s.close()
+		return false
+	}
+	s.nc.SetDeadline(time.Time{})
+	return true
 }
 
 // abort disconnects the client and its own upstream connection from
@@ -288,7 +307,7 @@ func (s *session) handle(cmd *resp.Command) {
 		}
 		s.forward(cmd)
 		if string(name) != "watch" {
-			s.flushBlocking()
+			s.flushBlocking(cmd)
 		}
 	case routeStream:
 		if s.own == nil && !s.pin(s.srv.up.Pool) {
@@ -354,7 +373,7 @@ func (s *session) flushFull() {
 }
 
 // flush sends the queued requests and appends their replies to out.
-func (s *session) flush() { s.send(false) }
+func (s *session) flush() { s.send(nil) }
 
 // exchange sends cmd as the client's commands go, once every request
 // before it is answered, and returns where its reply starts in out: the
@@ -369,20 +388,23 @@ func (s *session) exchange(cmd *resp.Command) (mark int) {
 	return mark
 }
 
-// flushBlocking is flush for a batch that ends in a blocking command: while
-// Redis holds it, the client is watched, so that a client that goes away
-// does not leave a BLPOP behind to pop an element nobody will receive.
-func (s *session) flushBlocking() { s.send(true) }
+// flushBlocking is flush for a batch that ends in cmd, a command that may
+// block: while Redis holds it, the client is watched, so that a client
+// that goes away does not leave a BLPOP behind to pop an element nobody
+// will receive, and its reply is waited for as long as its own timeout
+// says (see ownRoundTrip).
+func (s *session) flushBlocking(cmd *resp.Command) { s.send(cmd) }
 
-func (s *session) send(blocking bool) {
+// send is flush, or flushBlocking when block is not nil.
+func (s *session) send(block *resp.Command) {
 	from := len(s.out)
-	s.sendBatch(blocking)
+	s.sendBatch(block)
 	if len(s.marks) > 0 {
 		s.readLayouts(from)
 	}
 }
 
-func (s *session) sendBatch(blocking bool) {
+func (s *session) sendBatch(block *resp.Command) {
 	if len(s.cs.cmds) > 0 {
 		s.clusterRoundTrip()
 	}
@@ -404,16 +426,11 @@ func (s *session) sendBatch(blocking bool) {
 			s.quit = true
 		}
 	case s.pinned():
-		s.ownRoundTrip(blocking)
+		s.ownRoundTrip(block)
 	default:
-		conn, err := s.sharedConn()
-		if err != nil {
-			s.failBatch(0, n, err)
-			return
-		}
 		from := len(s.out)
 		b.Out, b.OKLen, b.Done, b.Err = s.out, from, 0, nil
-		conn.Send(b)
+		s.srv.up.Pool.Send(&s.shared, s.db, s.id, b)
 		<-b.DoneCh
 		s.out, b.Out = b.Out, nil
 		if b.Err != nil {
@@ -437,18 +454,6 @@ func (s *session) failBatch(done, n int, err error) {
 		// connection; closing tells the client as Redis would.
 		s.quit = true
 	}
-}
-
-func (s *session) sharedConn() (*upstream.Conn, error) {
-	if s.shared != nil && !s.shared.Failed() {
-		return s.shared, nil
-	}
-	c, err := s.srv.up.Pool.Get(s.db, s.id)
-	if err != nil {
-		return nil, err
-	}
-	s.shared = c
-	return c, nil
 }
 
 // upstreamOwns reports whether a command the proxy answers itself for

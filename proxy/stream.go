@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"net"
 	"strings"
 	"time"
 
@@ -21,6 +20,8 @@ func (s *session) startStream() {
 	}
 	s.streaming = true
 	s.nc.SetReadDeadline(time.Time{}) // Redis's timeout spares subscribers too
+	// A subscription is not timed: Redis sends when there is news.
+	s.own.nc.SetDeadline(time.Time{})
 	s.relayDone = make(chan struct{})
 	go s.relay(s.own)
 }
@@ -124,7 +125,9 @@ func (s *session) drainStream() {
 		return
 	}
 	s.draining.Store(true)
-	if tc, ok := s.own.nc.(*net.TCPConn); ok && tc.CloseWrite() == nil {
+	// *net.TCPConn sends a FIN, *tls.Conn (upstream.tls) a close_notify:
+	// Redis takes either as the end of input.
+	if cw, ok := s.own.nc.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
 		<-s.relayDone
 	}
 }

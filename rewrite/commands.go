@@ -70,8 +70,17 @@ func (e *Engine) relay(h *hotKey, req Request) ([]byte, error) {
 
 // get answers GET: the sum, a bulk string as Redis gives a counter's
 // value. The key is read with its buckets, in the same round, so a key
-// that expired or changed behind this proxy's back is seen.
+// that expired or changed behind this proxy's back is seen; within
+// read_staleness of such a read, the sum comes from memory instead: what
+// that read saw, with this proxy's changes since.
 func (e *Engine) get(h *hotKey) ([]byte, error) {
+	if bound := e.settings.Load().staleness; bound > 0 {
+		l, at := h.layout.Load(), h.summed.Load()
+		if l != nil && at != 0 && e.since(at) < bound {
+			h.count.readsLocal.Add(1)
+			return redcon.AppendBulk(nil, strconv.AppendInt(nil, h.estimate(l), 10)), nil
+		}
+	}
 	for range 3 {
 		if r, err := e.getOnce(h); !errors.Is(err, errGone) {
 			return r, err
@@ -92,6 +101,7 @@ func (e *Engine) getOnce(h *hotKey) ([]byte, error) {
 	case st == stateMissing, st == stateOther:
 		return e.relay(h, get)
 	}
+	at := e.now()
 	replies := e.send(h, l.requests([]Request{get}, []byte("GET")))
 	if err := replyErr(replies[0]); err != nil {
 		return nil, err
@@ -107,6 +117,7 @@ func (e *Engine) getOnce(h *hotKey) ([]byte, error) {
 	var sum int64
 	for i, r := range replies[1:] {
 		if err := replyErr(r); err != nil {
+			h.summed.Store(0)
 			return nil, err
 		}
 		n := int64(0)
@@ -116,6 +127,7 @@ func (e *Engine) getOnce(h *hotKey) ([]byte, error) {
 		h.last[i].Store(n)
 		sum += n
 	}
+	h.summed.Store(at)
 	return redcon.AppendBulk(nil, strconv.AppendInt(nil, sum, 10)), nil
 }
 
@@ -329,7 +341,11 @@ func (e *Engine) deductScript(args [][]byte) *config.Script {
 	}
 	switch strings.ToLower(string(args[0])) {
 	case "evalsha", "evalsha_ro":
-		return e.settings.Load().scripts[strings.ToLower(string(args[1]))]
+		scripts := e.settings.Load().scripts
+		if sc, ok := scripts[string(args[1])]; ok {
+			return sc // as clients send it, lowercase: no copy
+		}
+		return scripts[strings.ToLower(string(args[1]))]
 	case "eval", "eval_ro":
 		sum := sha1.Sum(args[1])
 		return e.settings.Load().scripts[hex.EncodeToString(sum[:])]
@@ -406,8 +422,7 @@ func (e *Engine) del(h *hotKey, args [][]byte) ([]byte, error) {
 		reqs = l.requests(reqs, args[0])
 	}
 	replies := e.send(h, reqs)
-	h.layout.Store(nil)
-	h.soldAt.Store(0)
+	h.forget()
 	if err := replyErr(replies[0]); err != nil {
 		return nil, err
 	}
@@ -423,6 +438,7 @@ func (e *Engine) expire(h *hotKey, args [][]byte) ([]byte, error) {
 		return nil, err
 	}
 	r, err := e.relay(h, Request{Key: key, Args: args})
+	h.summed.Store(0) // an expiry in the past deletes the key
 	if err != nil || st != stateHot || string(r) != ":1\r\n" {
 		return r, err
 	}

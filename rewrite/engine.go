@@ -79,6 +79,7 @@ type settings struct {
 	registry   *hotkey.Registry
 	scripts    map[string]*config.Script // declared deduct scripts by SHA1
 	soldoutTTL time.Duration
+	staleness  time.Duration // hotkeys.read_staleness
 }
 
 // New returns an engine for cfg's hot keys and deduct scripts.
@@ -94,15 +95,17 @@ func New(up Upstream, cfg *config.Config) *Engine {
 	return e
 }
 
-// Reload applies cfg's hot-key rules, deduct scripts and soldout_ttl; the
-// upstream mode is fixed at New. A key that a rule no longer names keeps
-// its buckets and stays hot while it holds a layout, as a learned key
-// does: dropping a rule never strands stock (PROXY UNSHARD merges it).
+// Reload applies cfg's hot-key rules, deduct scripts, soldout_ttl and
+// read_staleness; the upstream mode is fixed at New. A key that a rule no
+// longer names keeps its buckets and stays hot while it holds a layout, as
+// a learned key does: dropping a rule never strands stock (PROXY UNSHARD
+// merges it).
 func (e *Engine) Reload(cfg *config.Config) {
 	st := &settings{
 		registry:   hotkey.NewRegistry(cfg.Hotkeys.Keys),
 		scripts:    make(map[string]*config.Script, len(cfg.Scripts)),
 		soldoutTTL: cfg.Hotkeys.SoldoutTTL.Duration(),
+		staleness:  cfg.Hotkeys.ReadStaleness.Duration(),
 	}
 	for i := range cfg.Scripts {
 		sc := cfg.Scripts[i]

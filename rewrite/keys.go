@@ -93,6 +93,10 @@ type hotKey struct {
 	// never reallocated, so readers need no lock.
 	last []atomic.Int64
 	seen atomic.Int64 // unix nanos of the last full read
+	// summed is when the last read of every bucket that all answered was
+	// sent (unix nanos; 0: none since the key was forgotten): within
+	// read_staleness of it, GET answers from last.
+	summed atomic.Int64
 	// Sold out: a deduct of soldAmount found no stock at soldAt (nanos).
 	soldAt     atomic.Int64
 	soldAmount atomic.Int64
@@ -122,4 +126,5 @@ func (e *Engine) keyLocked(k []byte) *hotKey {
 func (h *hotKey) forget() {
 	h.layout.Store(nil)
 	h.soldAt.Store(0)
+	h.summed.Store(0)
 }

@@ -40,6 +40,19 @@ type Layout struct {
 	// byMaster are the bucket numbers grouped by the master serving
 	// them when this proxy took the layout up, for the start bucket.
 	byMaster [][]int
+	// keys are the buckets' keys, made once when this proxy took the
+	// layout up: a deduct names its bucket without building the name.
+	keys [][]byte
+}
+
+// nameBuckets makes the bucket keys that Bucket returns from then on.
+func (l *Layout) nameBuckets() {
+	keys := make([][]byte, l.N())
+	for i := range keys {
+		k := l.Bucket(i)
+		keys[i] = k[:len(k):len(k)] // shared: an append must copy
+	}
+	l.keys = keys
 }
 
 // groupByMaster sets byMaster from owner, the index of the master serving
@@ -62,8 +75,11 @@ func (l *Layout) groupByMaster(owner func(slot uint16) int) {
 // N is the number of buckets.
 func (l *Layout) N() int { return len(l.Tags) }
 
-// Bucket is the key of bucket i.
+// Bucket is the key of bucket i. The caller must not change it.
 func (l *Layout) Bucket(i int) []byte {
+	if l.keys != nil {
+		return l.keys[i]
+	}
 	b := make([]byte, 0, len(l.Tags[i])+len(l.Key)+len(l.Gen)+8)
 	b = append(b, '{')
 	b = append(b, l.Tags[i]...)

@@ -155,6 +155,7 @@ func (e *Engine) complete(h *hotKey, l *Layout) error {
 func (e *Engine) adopt(h *hotKey, l *Layout) {
 	_, owner := e.up.Placement()
 	l.groupByMaster(owner)
+	l.nameBuckets()
 	h.layout.Store(l)
 	e.readBuckets(h, l)
 }
@@ -163,6 +164,7 @@ func (e *Engine) adopt(h *hotKey, l *Layout) {
 // The error is errGone when a bucket is missing (h is forgotten), else
 // the first bucket's node failure; the sum is then of the buckets read.
 func (e *Engine) readBuckets(h *hotKey, l *Layout) (sum int64, err error) {
+	at := e.now()
 	for i, r := range e.send(h, l.requests(nil, []byte("GET"))) {
 		if failed := replyErr(r); failed != nil {
 			// The others are still read: a deduct can go on with them,
@@ -187,6 +189,9 @@ func (e *Engine) readBuckets(h *hotKey, l *Layout) (sum int64, err error) {
 		sum += v
 	}
 	h.seen.Store(e.now())
+	if err == nil {
+		h.summed.Store(at)
+	}
 	if err == nil && sum > 0 && sum >= h.soldAmount.Load() {
 		h.soldAt.Store(0)
 	}

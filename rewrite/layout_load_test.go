@@ -3,6 +3,7 @@ package rewrite
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
@@ -165,4 +166,57 @@ func TestRefusals(t *testing.T) {
 // placeTags are the tags Place gives key's n buckets on one master.
 func placeTags(key string, n int) string {
 	return strings.Join(Place(key, n, 1, func(uint16) int { return 0 }).Tags, " ")
+}
+
+// TestReadStaleness drives hotkeys.read_staleness: within it GET answers
+// from the last read of every bucket plus this proxy's own changes since,
+// with no request; at the bound, after a failed read and after DEL or
+// EXPIRE it reads again; 0 reads every time.
+func TestReadStaleness(t *testing.T) {
+	getAll := func(values ...int64) []exchange { return join([]exchange{{"GET k", bulk(marker)}}, reads(values...)) }
+	first := step{cmd: "GET k", want: join(loaded(3, 3, 2, 2), getAll(3, 3, 2, 2)), reply: bulk("10")}
+	for _, tc := range []struct {
+		name      string
+		staleness time.Duration
+		steps     []step
+		local     uint64 // GETs answered from memory
+	}{
+		{"0: every GET reads", 0, []step{first,
+			{cmd: "GET k", want: getAll(3, 3, 2, 2), reply: bulk("10")},
+		}, 0},
+		{"within the bound: memory, with this proxy's deduct", 100 * time.Millisecond, []step{first,
+			{wait: 50 * time.Millisecond, cmd: "GET k", reply: bulk("10")},
+			{cmd: one, want: []exchange{{"EVALSHA deduct 1 k#0 1", pair2(1, 2)}}, reply: num(9)},
+			{cmd: "GET k", reply: bulk("9")},
+			// Another proxy sold one from bucket 3 meanwhile: seen at the bound.
+			{wait: 50 * time.Millisecond, cmd: "GET k", want: getAll(2, 3, 2, 1), reply: bulk("8")},
+			{cmd: "GET k", reply: bulk("8")},
+		}, 3},
+		{"a bucket that failed to answer is not remembered", time.Second, []step{
+			{cmd: "GET k", want: join(loaded(3, 3, 2, 2), []exchange{
+				{"GET k", bulk(marker)}, {"GET k#0", bulk("3")}, {"GET k#1", downR}, {"GET k#2", bulk("2")}, {"GET k#3", bulk("2")},
+			}), reply: downR},
+			{cmd: "GET k", want: getAll(3, 3, 2, 2), reply: bulk("10")},
+			{cmd: "GET k", reply: bulk("10")},
+		}, 1},
+		{"DEL ends it", time.Second, []step{first,
+			{cmd: "DEL k", want: []exchange{{"DEL k", num(1)}, {"DEL k#0", num(1)}, {"DEL k#1", num(1)}, {"DEL k#2", num(1)}, {"DEL k#3", num(1)}}, reply: num(1)},
+			{cmd: "GET k", want: []exchange{{"GET k", nilR}, {"GET k", nilR}}, reply: nilR},
+		}, 0},
+		{"EXPIRE ends it", time.Second, []step{first,
+			{cmd: "EXPIRE k -1", want: []exchange{{"EXPIRE k -1", num(1)}, {"EXPIRE k#0 -1", num(0)}, {"EXPIRE k#1 -1", num(0)}, {"EXPIRE k#2 -1", num(0)}, {"EXPIRE k#3 -1", num(0)}}, reply: num(1)},
+			{cmd: "GET k", want: []exchange{{"GET k", nilR}, {"GET k#0", nilR}, {"GET k#1", nilR}, {"GET k#2", nilR}, {"GET k#3", nilR}}, reply: nilR},
+		}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, f, c := testEngine(t, config.RouteRandom, 0, nil)
+			st := *e.settings.Load()
+			st.staleness = tc.staleness
+			e.settings.Store(&st)
+			run(t, e, f, c, tc.steps)
+			if s := e.Stats()[0]; s.ReadsLocal != tc.local {
+				t.Errorf("reads_local %d, want %d", s.ReadsLocal, tc.local)
+			}
+		})
+	}
 }

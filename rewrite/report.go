@@ -15,7 +15,8 @@ import (
 //	key, <key>, buckets, <n>, sum, <sum>, sold_out, yes|no,
 //	bucket_keys, [<key>…], nodes, [<host:port>…], values, [<value>…],
 //	deducts_ok, <n>, deducts_sold_out, <n>, deducts_failed, <n>,
-//	units_sold, <n>, sold_out_local, <n>, ring_hops, <n>, upstream_calls, <n>
+//	units_sold, <n>, sold_out_local, <n>, reads_local, <n>, ring_hops, <n>,
+//	upstream_calls, <n>
 //
 // (the counters since this proxy started; see KeyStats)
 // so that redis-cli shows it as a list of fields; a key that does not
@@ -54,7 +55,7 @@ func (e *Engine) Report() []byte {
 				values = append(values, h.last[i].Load())
 			}
 		}
-		out = redcon.AppendArray(out, 28)
+		out = redcon.AppendArray(out, 30)
 		out = field(out, "key", []byte(k))
 		n := 0
 		if l != nil && st == stateHot {
@@ -92,6 +93,7 @@ func (e *Engine) Report() []byte {
 			{"deducts_failed", c.deductsFailed.Load()},
 			{"units_sold", c.unitsSold.Load()},
 			{"sold_out_local", c.soldOutLocal.Load()},
+			{"reads_local", c.readsLocal.Load()},
 			{"ring_hops", c.ringHops.Load()},
 			{"upstream_calls", c.upstreamCalls.Load()},
 		} {

@@ -110,8 +110,9 @@ return {v, 0}`)
 // the node has not got it. {a, b} is the script's reply; the error is the
 // node's, or a redisError holding a reply that is not a pair.
 func (e *Engine) eval(h *hotKey, s *bucketScript, route []byte, keys [][]byte, argv ...[]byte) (a, b int64, err error) {
-	args := append([][]byte{[]byte("EVALSHA"), s.sha, []byte(strconv.Itoa(len(keys)))}, keys...)
-	args = append(args, argv...)
+	args := make([][]byte, 0, 3+len(keys)+len(argv))
+	args = append(args, evalsha, s.sha, numKeys[len(keys)])
+	args = append(append(args, keys...), argv...)
 	r := e.send(h, []Request{{Key: route, Args: args}})[0]
 	if err := replyErr(r); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
 		args[0], args[1] = []byte("EVAL"), s.body
@@ -124,9 +125,17 @@ func (e *Engine) eval(h *hotKey, s *bucketScript, route []byte, keys [][]byte, a
 	return a, b, nil
 }
 
+// EVALSHA's name and numkeys argument, made once: a deduct's request
+// costs no allocation for them.
+var (
+	evalsha = []byte("EVALSHA")
+	numKeys = [][]byte{[]byte("0"), []byte("1"), []byte("2")}
+)
+
 // pair reads a script's {a, b} reply.
 func pair(r []byte) (a, b int64, ok bool) {
-	elems, ok := resp.ArrayElems(r, nil)
+	var buf [2][]byte
+	elems, ok := resp.ArrayElems(r, buf[:0])
 	if !ok || len(elems) != 2 {
 		return 0, 0, false
 	}

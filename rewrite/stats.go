@@ -14,6 +14,7 @@ type keyCounters struct {
 	deductsFailed  atomic.Uint64 // deducts answered with an error
 	unitsSold      atomic.Uint64 // units the successful deducts took
 	soldOutLocal   atomic.Uint64 // sold-out answers given from memory, no upstream call
+	readsLocal     atomic.Uint64 // GETs answered from memory within read_staleness
 	ringHops       atomic.Uint64 // buckets a deduct script was run on
 	upstreamCalls  atomic.Uint64 // commands sent to Redis for the key
 }
@@ -30,6 +31,9 @@ type KeyStats struct {
 	DeductsOK, DeductsSoldOut, DeductsFailed, UnitsSold uint64
 	// SoldOutLocal counts the sold-out answers given without Redis.
 	SoldOutLocal uint64
+	// ReadsLocal counts the GETs answered within read_staleness, without
+	// Redis.
+	ReadsLocal uint64
 	// RingHops counts the buckets deducts were tried on: RingHops ÷
 	// deducts is the ring's cost (1 when the first bucket tried covers).
 	RingHops uint64
@@ -63,6 +67,7 @@ func (e *Engine) Stats() []KeyStats {
 			DeductsFailed:  c.deductsFailed.Load(),
 			UnitsSold:      c.unitsSold.Load(),
 			SoldOutLocal:   c.soldOutLocal.Load(),
+			ReadsLocal:     c.readsLocal.Load(),
 			RingHops:       c.ringHops.Load(),
 			UpstreamCalls:  c.upstreamCalls.Load(),
 		}

@@ -153,32 +153,71 @@ func newLogger(c config.Log, level *slog.LevelVar, w io.Writer) *slog.Logger {
 func serve(srv *proxy.Server, cfg *config.Config, log *slog.Logger, listening func()) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return err
+	// Both listeners are bound before either serves, so that a taken
+	// address stops the proxy before any client is served.
+	var lns []net.Listener
+	for _, addr := range []string{cfg.Listen, cfg.TLS.Listen} {
+		if addr == "" {
+			lns = append(lns, nil)
+			continue
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			for _, l := range lns {
+				if l != nil {
+					l.Close()
+				}
+			}
+			return err
+		}
+		lns = append(lns, ln)
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	log.Info("hotkeyproxy listening", "listen", ln.Addr().String(),
-		"upstream_mode", cfg.Upstream.Mode, "upstream", strings.Join(cfg.Upstream.Addrs, ","))
+	errc := make(chan error, 2)
+	served := 0
+	for i, serve := range []func(net.Listener) error{srv.Serve, srv.ServeTLS} {
+		if lns[i] != nil {
+			served++
+			go func() { errc <- serve(lns[i]) }()
+		}
+	}
+	log.Info("hotkeyproxy listening", "listen", addrOf(lns[0]), "tls_listen", addrOf(lns[1]),
+		"upstream_mode", cfg.Upstream.Mode, "upstream", strings.Join(cfg.Upstream.Addrs, ","), "upstream_tls", cfg.Upstream.TLS.Enabled)
 	metricsDone := serveMetrics(srv, cfg, log)
 	if listening != nil {
 		listening()
 	}
+	var serveErr error
 	select {
-	case err := <-errc:
-		return err
+	case serveErr = <-errc:
+		served--
+		if serveErr == nil {
+			return nil
+		}
+		// One listener failed: stop the other too, as for a signal.
 	case <-ctx.Done():
 	}
 	log.Info("shutting down", "timeout", cfg.ShutdownTimeout.String())
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout.Duration())
 	defer cancel()
-	err = srv.Shutdown(sctx)
+	err := srv.Shutdown(sctx)
 	<-metricsDone // Shutdown closed it
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	return <-errc
+	for range served {
+		if e := <-errc; serveErr == nil {
+			serveErr = e
+		}
+	}
+	return serveErr
+}
+
+// addrOf is ln's address for the log, "" without a listener.
+func addrOf(ln net.Listener) string {
+	if ln == nil {
+		return ""
+	}
+	return ln.Addr().String()
 }
 
 // serveMetrics serves srv's /metrics, /healthz and /readyz on

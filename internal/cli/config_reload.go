@@ -35,12 +35,15 @@ func (r *reloader) reload(source string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cfg, err := r.load()
+	var restart []string
+	if err == nil {
+		restart, err = r.srv.Apply(cfg) // the TLS files may have changed since load read them
+	}
 	r.srv.ObserveReload(err)
 	if err != nil {
 		r.log.Error("config reload refused; the running config stays", "source", source, "err", err)
 		return err
 	}
-	restart := r.srv.Apply(cfg)
 	r.level.Set(logLevel(cfg.Log.Level))
 	if len(restart) > 0 {
 		r.log.Warn("config reloaded; these settings take effect only after a restart", "source", source, "needs_restart", restart)

@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -171,7 +170,7 @@ func TestBinaryMetrics(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			listen := freeAddr(t)
 			cmd := exec.Command(bin, "--config", "proxy.yaml", "--listen", listen, "--upstream", rs.Addr(), "--metrics-listen", tc.metrics)
-			stderr := &syncWriter{}
+			stderr := &redistest.SyncBuffer{}
 			cmd.Stderr = stderr
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
@@ -197,22 +196,4 @@ func TestBinaryMetrics(t *testing.T) {
 			}
 		})
 	}
-}
-
-// syncWriter collects a child's output while the test reads it.
-type syncWriter struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
 }

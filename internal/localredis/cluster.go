@@ -49,6 +49,14 @@ type ClusterOptions struct {
 	// the cluster's own so that they can override them.
 	Args []string
 
+	// TLS, if not nil, gives every node a TLS port too (Server.TLSAddr,
+	// TLSSeeds) and makes the nodes talk TLS to each other, on the cluster
+	// bus and for replication (--tls-cluster yes --tls-replication yes).
+	// As Redis 7.0 does then, CLUSTER SLOTS and redirections name the TLS
+	// ports to TLS clients and the plain ports to the others; the plain
+	// ports stay, for the setup and the checks of this package.
+	TLS *TLSOptions
+
 	// NodeTimeout is cluster-node-timeout: how long a node may be unreachable
 	// before it counts as failing, and so roughly how long an automatic
 	// failover takes. It is passed in whole milliseconds and must be at least
@@ -98,7 +106,7 @@ func (e respError) Error() string { return string(e) }
 //	redis-server ... --cluster-enabled yes --cluster-config-file nodes.conf \
 //	    --cluster-node-timeout MS --cluster-port BUS \
 //	    --repl-diskless-sync-delay 0 --repl-ping-replica-period 1 \
-//	    [--masterauth PW] ARGS...
+//	    [--masterauth PW] [--tls-cluster yes --tls-replication yes] ARGS...
 //
 // It gives master i the i-th contiguous share of the slots, joins all nodes
 // with CLUSTER MEET, makes each replica replicate its master, and waits until
@@ -167,8 +175,11 @@ func startNode(opts ClusterOptions) (*Server, int, error) {
 		if opts.Password != "" {
 			args = append(args, "--masterauth", opts.Password)
 		}
+		if opts.TLS != nil {
+			args = append(args, "--tls-cluster", "yes", "--tls-replication", "yes")
+		}
 		args = append(args, opts.Args...)
-		s, err := Start(Options{Port: ports[0], Password: opts.Password, Args: args})
+		s, err := Start(Options{Port: ports[0], Password: opts.Password, Args: args, TLS: opts.TLS})
 		if err == nil {
 			return s, ports[1], nil
 		}
@@ -279,6 +290,19 @@ func (c *Cluster) Seeds() []string {
 	return seeds
 }
 
+// TLSSeeds is Seeds with the masters' TLS addresses, for a cluster started
+// with TLS; nil without.
+func (c *Cluster) TLSSeeds() []string {
+	if c.opts.TLS == nil {
+		return nil
+	}
+	seeds := make([]string, c.opts.Masters)
+	for i, s := range c.nodes[:c.opts.Masters] {
+		seeds[i] = s.TLSAddr()
+	}
+	return seeds
+}
+
 // Nodes returns every node, live or not: the masters as started in slot
 // order, then the replicas of the first master, of the second, and so on.
 func (c *Cluster) Nodes() []*Server {
@@ -332,7 +356,8 @@ func (c *Cluster) ReplicaOf(master *Server) (*Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("localredis: node %s: %w", s.Addr(), err)
 		}
-		if !r.master && r.masterAddr == master.Addr() {
+		// A TLS replica names its master by the TLS port it replicates from.
+		if !r.master && (r.masterAddr == master.Addr() || r.masterAddr == master.TLSAddr()) {
 			return s, nil
 		}
 	}

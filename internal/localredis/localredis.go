@@ -71,16 +71,53 @@ type Options struct {
 	// log always goes to redis.log in Dir; if nil it goes nowhere else.
 	// Ignored when Embedded.
 	Stdout io.Writer
+
+	// TLS, if not nil, makes the server also listen with TLS, on a second
+	// free loopback port (TLSAddr), kept across Restart. The plain port
+	// stays: Start's readiness check and the cluster's setup use it.
+	// Embedded servers have no TLS: Start fails.
+	TLS *TLSOptions
+}
+
+// TLSOptions are the TLS settings of a real redis-server.
+type TLSOptions struct {
+	// CertFile and KeyFile are the server's certificate and key
+	// (--tls-cert-file, --tls-key-file). A cluster node also presents
+	// them to its peers, so the certificate must allow client auth too.
+	CertFile, KeyFile string
+	// CAFile is the CA that signs peers' certificates (--tls-ca-cert-file):
+	// clients', when AuthClients is set, and the other nodes' of a cluster.
+	CAFile string
+	// AuthClients makes clients present a certificate CAFile signed
+	// (--tls-auth-clients yes, Redis's default); false lets any client in
+	// (--tls-auth-clients no).
+	AuthClients bool
+}
+
+// args are the redis-server arguments of o for the TLS port.
+func (o *TLSOptions) args(port string) []string {
+	auth := "no"
+	if o.AuthClients {
+		auth = "yes"
+	}
+	return []string{
+		"--tls-port", port,
+		"--tls-cert-file", o.CertFile,
+		"--tls-key-file", o.KeyFile,
+		"--tls-ca-cert-file", o.CAFile,
+		"--tls-auth-clients", auth,
+	}
 }
 
 // Server is a running local Redis server, real or embedded. Its methods are
 // safe for concurrent use; Stop, Kill and Restart run one at a time.
 type Server struct {
-	opts   Options // as given to Start; never changed
-	addr   string  // 127.0.0.1:port; fixed for the Server's life
-	dir    string  // redis-server --dir; empty when embedded
-	ownDir bool    // dir was made by Start, so Stop removes it
-	bin    string  // resolved redis-server path; empty when embedded
+	opts    Options // as given to Start; never changed
+	addr    string  // 127.0.0.1:port; fixed for the Server's life
+	tlsAddr string  // 127.0.0.1:port of the TLS port; "" without TLS; fixed
+	dir     string  // redis-server --dir; empty when embedded
+	ownDir  bool    // dir was made by Start, so Stop removes it
+	bin     string  // resolved redis-server path; empty when embedded
 
 	mu   sync.Mutex           // guards proc and mini
 	proc *process             // running redis-server; nil when stopped or embedded
@@ -103,7 +140,9 @@ func Available() bool {
 // A real server runs as
 //
 //	redis-server --port P --bind 127.0.0.1 --save "" --appendonly no \
-//	    --dir DIR --daemonize no --protected-mode no [--requirepass PW] ARGS...
+//	    --dir DIR --daemonize no --protected-mode no [--requirepass PW] \
+//	    [--tls-port TP --tls-cert-file … --tls-key-file … \
+//	    --tls-ca-cert-file … --tls-auth-clients yes|no] ARGS...
 //
 // Start returns an error if the binary is not found, the dir cannot be made,
 // or the server does not answer in time; that error quotes the last lines of
@@ -114,6 +153,9 @@ func Start(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("localredis: invalid port %d", opts.Port)
 	}
 	if opts.Embedded {
+		if opts.TLS != nil {
+			return nil, errors.New("localredis: an embedded server has no TLS")
+		}
 		return startEmbedded(opts)
 	}
 
@@ -144,6 +186,13 @@ func Start(opts Options) (*Server, error) {
 			}
 		}
 		s.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		if opts.TLS != nil {
+			tlsPort, err := freePort()
+			if err != nil {
+				return nil, s.abort(err)
+			}
+			s.tlsAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))
+		}
 		err = s.launch()
 		if err == nil {
 			return s, nil
@@ -224,6 +273,10 @@ func (s *Server) launch() error {
 	}
 	if s.opts.Password != "" {
 		args = append(args, "--requirepass", s.opts.Password)
+	}
+	if s.opts.TLS != nil {
+		_, tlsPort, _ := net.SplitHostPort(s.tlsAddr)
+		args = append(args, s.opts.TLS.args(tlsPort)...)
 	}
 	args = append(args, s.opts.Args...)
 
@@ -306,6 +359,13 @@ func (p *process) kill() error {
 // across Kill, Stop and Restart.
 func (s *Server) Addr() string {
 	return s.addr
+}
+
+// TLSAddr returns the address of the server's TLS port, "127.0.0.1:port",
+// or "" when Options.TLS was nil. It does not change across Kill, Stop
+// and Restart.
+func (s *Server) TLSAddr() string {
+	return s.tlsAddr
 }
 
 // Embedded reports whether the server is an in-process miniredis.

@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"crypto/tls"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -13,7 +14,7 @@ import (
 // Reply is how a Backend answers one command.
 type Reply struct {
 	Raw   string // RESP written back, one reply or several
-	Stall bool   // answer nothing and hold the connection until the test ends
+	Stall bool   // send the replies so far, then nothing: hold the connection until the test ends
 	Drop  bool   // write the replies so far, then close the connection
 }
 
@@ -31,6 +32,9 @@ type BackendOptions struct {
 	// Delay is slept before answering each burst: the commands one read
 	// brought.
 	Delay time.Duration
+	// TLS, when set, makes the backend serve TLS with it, as a Redis with
+	// tls-port does; nil serves plain TCP.
+	TLS *tls.Config
 }
 
 // Backend is a RESP server on a free loopback port standing in for Redis
@@ -60,6 +64,9 @@ func StartBackend(tb testing.TB, opts BackendOptions) *Backend {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
+	}
+	if opts.TLS != nil {
+		ln = tls.NewListener(ln, opts.TLS)
 	}
 	b := &Backend{opts: opts, ln: ln, release: make(chan struct{})}
 	srv := redcon.NewServer("", b.serve,
@@ -112,6 +119,7 @@ func (b *Backend) serve(conn redcon.Conn, cmd redcon.Command) {
 		r := b.opts.Answer(args)
 		switch {
 		case r.Stall:
+			redcon.BaseWriter(conn).Flush()
 			<-b.release
 			conn.Close()
 			return

@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,6 +49,7 @@ func (t *Topology) MasterIndex(n *Node) int { return slices.Index(t.Masters, n) 
 // and the script bodies seen. Safe for concurrent use.
 type Cluster struct {
 	cfg   *config.Upstream
+	tls   *tls.Config // upstream.tls as loaded; nil when off
 	log   *slog.Logger
 	m     Metrics
 	topo  atomic.Pointer[Topology]
@@ -65,9 +67,10 @@ type Cluster struct {
 // newCluster loads the slot map from cfg's seeds and keeps it fresh
 // until close. When no seed answers it starts anyway, as in standalone
 // mode: clients get an error until one does.
-func newCluster(cfg *config.Upstream, log *slog.Logger, m Metrics) *Cluster {
+func newCluster(cfg *config.Upstream, tlsBase *tls.Config, log *slog.Logger, m Metrics) *Cluster {
 	c := &Cluster{
 		cfg:   cfg,
+		tls:   tlsBase,
 		log:   log,
 		m:     m,
 		wake:  make(chan struct{}, 1),
@@ -91,13 +94,8 @@ func (c *Cluster) Node(addr string) *Node {
 	defer c.mu.Unlock()
 	n := c.nodes[addr]
 	if n == nil {
-		d := dialer{
-			addr:     addr,
-			username: c.cfg.Username,
-			password: string(c.cfg.Password),
-			timeout:  c.cfg.DialTimeout.Duration(),
-		}
-		n = &Node{Addr: addr, Pool: newPool(d, c.cfg.ConnsPerNode, c.m.Node(addr), c.log)}
+		d := newDialer(c.cfg, c.tls, addr)
+		n = &Node{Addr: addr, Pool: newPool(d, c.cfg.ConnsPerNode, c.cfg.ReadTimeout.Duration(), c.m.Node(addr), c.log)}
 		c.nodes[addr] = n
 	}
 	return n
@@ -206,7 +204,7 @@ func (c *Cluster) loadFrom(n *Node) error {
 		req = resp.AppendCommand(req, []byte("COMMAND"))
 		want++
 	}
-	replies, err := n.Pool.ask(req, want)
+	replies, err := n.Pool.Ask(req, want)
 	if err != nil {
 		return err
 	}
@@ -236,7 +234,10 @@ func (c *Cluster) loadFrom(n *Node) error {
 
 // parseSlots builds a topology from a CLUSTER SLOTS reply, per the Redis
 // Cluster spec: an array of [start, end, [ip, port, id, …], replicas…]. An
-// empty ip means the node that answered.
+// empty ip means the node that answered. Redis 7.0 adds a fourth element,
+// a map of the node's other endpoints: its "hostname" (when the node has
+// cluster-announce-hostname and the endpoint type is ip) becomes the name
+// its TLS certificate is checked against.
 func (c *Cluster) parseSlots(reply []byte, host string) (*Topology, error) {
 	if resp.IsError(reply) {
 		return nil, fmt.Errorf("CLUSTER SLOTS: %s", reply[1:len(reply)-2])
@@ -267,12 +268,34 @@ func (c *Cluster) parseSlots(reply []byte, host string) (*Topology, error) {
 			ip = []byte(host)
 		}
 		n := c.Node(net.JoinHostPort(string(ip), strconv.FormatInt(port, 10)))
+		if n.Pool.tls != nil {
+			n.Pool.tls.setHostname(hostname(master))
+		}
 		for s := start; s <= end; s++ {
 			t.Slots[s] = n
 		}
 	}
 	t.findMasters()
 	return t, nil
+}
+
+// hostname is the "hostname" of a CLUSTER SLOTS node entry [ip, port, id,
+// {name: value…}], or "" when it has none.
+func hostname(node [][]byte) string {
+	if len(node) < 4 {
+		return ""
+	}
+	meta, ok := resp.ArrayElems(node[3], nil)
+	if !ok {
+		return ""
+	}
+	for i := 0; i+1 < len(meta); i += 2 {
+		if k, _ := resp.BulkValue(meta[i]); string(k) == "hostname" {
+			v, _ := resp.BulkValue(meta[i+1])
+			return string(v)
+		}
+	}
+	return ""
 }
 
 // findMasters sets Masters and Lowest from Slots.

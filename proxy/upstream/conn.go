@@ -28,12 +28,18 @@ type RedisError string
 func (e RedisError) Error() string { return string(e) }
 
 // ErrorText turns an upstream failure into the text of an error reply,
-// without the leading '-' and CRLF: Redis's own words for a RedisError,
-// otherwise "ERR upstream unavailable: " and the cause on one line.
+// without the leading '-' and CRLF: Redis's own words for a RedisError;
+// for a TimeoutError "ERR upstream timeout: no reply from host:port
+// within 5s; the command may have run"; otherwise "ERR upstream
+// unavailable: " and the cause on one line.
 func ErrorText(err error) string {
 	var re RedisError
 	if errors.As(err, &re) {
 		return string(re)
+	}
+	var te *TimeoutError
+	if errors.As(err, &te) {
+		return "ERR upstream timeout: " + te.Error() + "; the command may have run"
 	}
 	return "ERR upstream unavailable: " + strings.NewReplacer("\r", " ", "\n", " ").Replace(err.Error())
 }
@@ -61,9 +67,11 @@ type Batch struct {
 	// waits on the sender.
 	DoneCh chan struct{}
 
-	// sent is monoNow when the write that carried it began, set on the
-	// last batch of each write only: the metrics time writes, not batches.
-	sent time.Duration
+	// wrote is monoNow when the write that carried it began: its read
+	// timeout runs from there. timed marks the last batch of each write:
+	// the metrics time writes, not batches.
+	wrote time.Duration
+	timed bool
 }
 
 // replies splits Out into the replies complete in it; Ends must be set.
@@ -85,27 +93,42 @@ func (b *Batch) replies(dst [][]byte) [][]byte {
 // it (MULTI, SELECT, SUBSCRIBE): its users would see each other's state.
 // Safe for concurrent use.
 type Conn struct {
-	nc   net.Conn
-	br   *bufio.Reader
-	m    *NodeMetrics
-	wake chan struct{} // cap 1: writeLoop has pending batches to send
-	quit chan struct{} // closed when the connection fails
+	nc    net.Conn
+	br    *bufio.Reader
+	m     *NodeMetrics
+	watch *watchdog     // its pool's, armed when a write finds nothing in flight
+	wake  chan struct{} // cap 1: writeLoop has pending batches to send
+	quit  chan struct{} // closed when the connection fails
 
 	mu       sync.Mutex
-	writing  bool        // someone holds the write side; guarded by mu
-	pending  []*Batch    // queued, not written; failed by fail
-	inflight []*Batch    // written or being written; failed only by readLoop
-	err      error       // sticky failure; guarded by mu
-	dead     atomic.Bool // err != nil, readable without mu on the hot path
+	writing  bool     // someone holds the write side; guarded by mu
+	pending  []*Batch // queued, not written; failed by fail
+	inflight []*Batch // written or being written; failed only by readLoop
+	err      error    // sticky failure; guarded by mu
+
+	// since is the wrote of inflight[0], 0 while nothing is in flight:
+	// how long the oldest request has waited, for the watchdog. Stored
+	// under mu, loaded without it.
+	since atomic.Int64
+	// state is connFailed, connStalled and connDraining, readable without
+	// mu on the hot path.
+	state atomic.Uint32
 
 	// Scratch of the write side's holder.
 	wbatches []*Batch
 	wbufs    net.Buffers
 }
 
-func newConn(nc net.Conn, br *bufio.Reader, m *NodeMetrics) *Conn {
+// Conn states: any set keeps the pool from handing the connection out.
+const (
+	connFailed   = 1 << iota // err is set: batches sent on it fail at once
+	connStalled              // its oldest request has waited past Pool.stallAfter
+	connDraining             // replaced after a stall: closed once it is idle
+)
+
+func newConn(nc net.Conn, br *bufio.Reader, m *NodeMetrics, w *watchdog) *Conn {
 	c := &Conn{
-		nc: nc, br: br, m: m,
+		nc: nc, br: br, m: m, watch: w,
 		wake: make(chan struct{}, 1),
 		quit: make(chan struct{}),
 	}
@@ -116,22 +139,33 @@ func newConn(nc net.Conn, br *bufio.Reader, m *NodeMetrics) *Conn {
 
 // Failed reports whether the connection is retired; a Batch sent on it
 // fails at once. Its pool dials a new one on the next Get.
-func (c *Conn) Failed() bool { return c.dead.Load() }
+func (c *Conn) Failed() bool { return c.state.Load()&connFailed != 0 }
 
-// Send sends b; b.DoneCh is signalled when b is complete or failed.
-func (c *Conn) Send(b *Batch) {
+// Usable reports whether new batches should go on c: it has not failed,
+// and its oldest request in flight has not waited past the stall bound
+// (a slow script, KEYS *), behind which they would wait too. When it is
+// false, take the connection Pool.Get gives.
+func (c *Conn) Usable() bool { return c.state.Load() == 0 }
+
+// Send sends b; b.DoneCh is signalled when b is complete or failed. It
+// reports false, with b untouched, only when c was replaced after a stall
+// and closed since: b was never sent, so it may go on another connection.
+func (c *Conn) Send(b *Batch) bool {
 	c.mu.Lock()
 	switch {
+	case c.err == errDrained:
+		c.mu.Unlock()
+		return false
 	case c.err != nil:
 		err := c.err
 		c.mu.Unlock()
 		b.Err = err
 		b.DoneCh <- struct{}{}
-		return
+		return true
 	case c.writing:
 		c.pending = append(c.pending, b)
 		c.mu.Unlock()
-		return
+		return true
 	}
 	c.writing = true
 	c.pending = append(c.pending, b)
@@ -143,6 +177,7 @@ func (c *Conn) Send(b *Batch) {
 	if c.writePending() {
 		c.endWrite()
 	}
+	return true
 }
 
 // writePending writes every queued batch in one write. Only the holder of
@@ -153,18 +188,26 @@ func (c *Conn) writePending() bool {
 		c.mu.Unlock()
 		return false
 	}
+	now := monoNow()
 	n := 0
 	for _, b := range c.pending {
-		b.sent = 0
+		b.wrote, b.timed = now, false
 		n += b.N
 	}
+	idle := len(c.inflight) == 0 && len(c.pending) > 0
 	if len(c.pending) > 0 {
-		c.pending[len(c.pending)-1].sent = monoNow()
+		c.pending[len(c.pending)-1].timed = true
+	}
+	if idle {
+		c.since.Store(int64(now))
 	}
 	c.m.Requests.Add(float64(n))
 	c.wbatches, c.pending = c.pending, c.wbatches[:0]
 	c.inflight = append(c.inflight, c.wbatches...)
 	c.mu.Unlock()
+	if idle {
+		c.watch.arm()
+	}
 	c.wbufs = c.wbufs[:0]
 	for _, b := range c.wbatches {
 		c.wbufs = append(c.wbufs, b.Req)
@@ -206,12 +249,17 @@ func signal(ch chan struct{}) {
 // readLoop once it has stopped touching them.
 func (c *Conn) fail(err error) {
 	c.mu.Lock()
+	c.retire(err)
+}
+
+// retire is fail with mu held, which it unlocks.
+func (c *Conn) retire(err error) {
 	if c.err != nil {
 		c.mu.Unlock()
 		return
 	}
 	c.err = err
-	c.dead.Store(true)
+	c.state.Or(connFailed)
 	if !errors.Is(err, ErrClosed) {
 		c.m.Errors.Inc()
 	}
@@ -227,6 +275,20 @@ func (c *Conn) fail(err error) {
 }
 
 func (c *Conn) close() { c.fail(ErrClosed) }
+
+// errDrained retires a connection replaced after a stall, once nothing
+// is in flight on it; Send turns it away rather than fail a batch with it.
+var errDrained = fmt.Errorf("%w after a stall", ErrClosed)
+
+// closeIdle closes c when nothing is queued or in flight on it.
+func (c *Conn) closeIdle() {
+	c.mu.Lock()
+	if c.err == nil && (c.writing || len(c.pending) > 0 || len(c.inflight) > 0) {
+		c.mu.Unlock()
+		return
+	}
+	c.retire(errDrained)
+}
 
 // writeLoop sends queued batches while it holds the write side, which
 // endWrite hands it.
@@ -277,9 +339,14 @@ func (c *Conn) readLoop() {
 		c.mu.Lock()
 		c.inflight[0] = nil
 		c.inflight = c.inflight[1:]
+		if len(c.inflight) > 0 {
+			c.since.Store(int64(c.inflight[0].wrote))
+		} else {
+			c.since.Store(0)
+		}
 		c.mu.Unlock()
-		if b.sent != 0 {
-			c.m.Seconds.Observe((monoNow() - b.sent).Seconds())
+		if b.timed {
+			c.m.Seconds.Observe((monoNow() - b.wrote).Seconds())
 		}
 		b.DoneCh <- struct{}{}
 	}

@@ -27,7 +27,7 @@ func testPool(t *testing.T, d dialer, perDB int, m *NodeMetrics) *Pool {
 	if m == nil {
 		m = Metrics{}.orNowhere().Node(d.addr)
 	}
-	p := newPool(d, perDB, m, slog.New(slog.DiscardHandler))
+	p := newPool(d, perDB, 5*time.Second, m, slog.New(slog.DiscardHandler))
 	t.Cleanup(p.close)
 	return p
 }
@@ -49,6 +49,9 @@ func echoBatch(client, round, depth int) (b *Batch, want []string) {
 func TestConnOrder(t *testing.T) {
 	be := redistest.StartBackend(t, redistest.BackendOptions{})
 	p := testPool(t, dialer{addr: be.Addr()}, 2, nil)
+	// Replacing stalled connections is TestStallBound's: under -race on a
+	// loaded machine a batch here can wait past stallAfter.
+	p.stallAfter = time.Minute
 
 	const clients, rounds, depth = 40, 50, 16
 	var wg sync.WaitGroup
@@ -294,5 +297,42 @@ func TestErrorText(t *testing.T) {
 		if got := ErrorText(tc.err); got != tc.want {
 			t.Errorf("ErrorText(%q) = %q, want %q", tc.err, got, tc.want)
 		}
+	}
+}
+
+// BenchmarkConnSend is the shared connections' cost per request: 64
+// clients send batches of depth PINGs over a pool of 2 connections to a
+// server that answers at once, as sessions do.
+func BenchmarkConnSend(b *testing.B) {
+	for _, depth := range []int{1, 16} {
+		b.Run(fmt.Sprintf("depth=%d", depth), func(b *testing.B) {
+			addr := redistest.StartPong(b)
+			p := newPool(dialer{addr: addr, timeout: 5 * time.Second}, 2, 5*time.Second, Metrics{}.orNowhere().Node(addr), slog.New(slog.DiscardHandler))
+			b.Cleanup(p.close)
+			var ids atomic.Uint64
+			b.SetParallelism(32)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				conn, err := p.Get(0, ids.Add(1))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				bt := &Batch{DoneCh: make(chan struct{}, 1)}
+				for range depth {
+					bt.Req = resp.AppendCommand(bt.Req, []byte("PING"))
+				}
+				for pb.Next() {
+					bt.N, bt.Out, bt.Done, bt.OKLen, bt.Err = depth, bt.Out[:0], 0, 0, nil
+					conn.Send(bt)
+					<-bt.DoneCh
+					if bt.Err != nil || bt.Done != depth {
+						b.Errorf("%d of %d replies: %v", bt.Done, depth, bt.Err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*depth), "ns/request")
+		})
 	}
 }

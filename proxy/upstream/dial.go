@@ -2,11 +2,14 @@ package upstream
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"time"
 
+	"github.com/hotkeyproxy/hotkeyproxy/config"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
@@ -16,18 +19,93 @@ type dialer struct {
 	username string
 	password string // "": no AUTH
 	timeout  time.Duration
+	tls      *nodeTLS // nil: plain TCP
 }
 
-// dial connects, authenticates and selects db, all within the dial timeout.
-// A Redis error reply to SELECT comes back as RedisError so the client sees
-// Redis's own text ("ERR DB index is out of range").
+// newDialer returns the dialer of the node at addr as cfg says; base is
+// cfg.TLS as loaded, nil when TLS is off.
+func newDialer(cfg *config.Upstream, base *tls.Config, addr string) dialer {
+	return dialer{
+		addr:     addr,
+		username: cfg.Username,
+		password: string(cfg.Password),
+		timeout:  cfg.DialTimeout.Duration(),
+		tls:      newNodeTLS(base, cfg.TLS.ServerName, addr),
+	}
+}
+
+// nodeTLS is how a dialer speaks TLS to its node: upstream.tls's config
+// with the name the node's certificate must carry. Safe for concurrent
+// use; a cluster's slot map may rename the node while it is dialed.
+type nodeTLS struct {
+	base  *tls.Config // upstream.tls as loaded, shared by every node; never changed
+	fixed bool        // upstream.tls.server_name is set: no hostname replaces it
+	host  string      // the host of the node's address
+	conf  atomic.Pointer[tls.Config]
+}
+
+// newNodeTLS returns the TLS side of dialing addr, or nil when base is nil
+// (TLS off). The name checked is serverName when set, else the host of
+// addr until setHostname names another.
+func newNodeTLS(base *tls.Config, serverName, addr string) *nodeTLS {
+	if base == nil {
+		return nil
+	}
+	t := &nodeTLS{base: base, fixed: serverName != ""}
+	t.host, _, _ = net.SplitHostPort(addr)
+	if serverName == "" {
+		serverName = t.host
+	}
+	t.setName(serverName)
+	return t
+}
+
+// setHostname makes hostname, as the cluster announces the node, the name
+// its certificate is checked against, or the host of its address again
+// when hostname is empty. It does nothing when upstream.tls.server_name is
+// set.
+func (t *nodeTLS) setHostname(hostname string) {
+	if t.fixed {
+		return
+	}
+	if hostname == "" {
+		hostname = t.host
+	}
+	if t.serverName() != hostname {
+		t.setName(hostname)
+	}
+}
+
+func (t *nodeTLS) setName(name string) {
+	c := t.base.Clone()
+	c.ServerName = name
+	t.conf.Store(c)
+}
+
+// serverName is the name the next handshake checks.
+func (t *nodeTLS) serverName() string { return t.conf.Load().ServerName }
+
+// dial connects, does the TLS handshake when TLS is on, authenticates and
+// selects db, all within the dial timeout. A Redis error reply to SELECT
+// comes back as RedisError so the client sees Redis's own text ("ERR DB
+// index is out of range").
 func (d *dialer) dial(db int) (net.Conn, *bufio.Reader, error) {
+	deadline := time.Now().Add(d.timeout)
 	nc, err := net.DialTimeout("tcp", d.addr, d.timeout)
 	if err != nil {
 		return nil, nil, err
 	}
 	if tc, ok := nc.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
+	}
+	nc.SetDeadline(deadline)
+	if d.tls != nil {
+		tc := tls.Client(nc, d.tls.conf.Load())
+		if err := tc.Handshake(); err != nil {
+			nc.Close()
+			return nil, nil, fmt.Errorf("proxy: upstream %s: TLS handshake: %w", d.addr, err)
+		}
+		nc = tc
 	}
 	var req []byte
 	steps := 0
@@ -44,11 +122,10 @@ func (d *dialer) dial(db int) (net.Conn, *bufio.Reader, error) {
 		steps++
 	}
 	br := bufio.NewReaderSize(nc, 16<<10)
-	if steps == 0 {
-		return nc, br, nil
-	}
-	nc.SetDeadline(time.Now().Add(d.timeout))
 	err = func() error {
+		if steps == 0 {
+			return nil
+		}
 		if _, err := nc.Write(req); err != nil {
 			return err
 		}

@@ -1,8 +1,9 @@
 // Package upstream is the proxy's side toward Redis, knowing nothing of
-// clients: dialing (AUTH, SELECT), the shared connections that multiplex
-// many clients' requests, a pool of them per node and db, a cluster's slot
-// map and its refresh, the round trip that follows a cluster's
-// redirections, and the script bodies it loads where a node lacks one.
+// clients: dialing (TLS when upstream.tls is on, AUTH, SELECT), the shared
+// connections that multiplex many clients' requests, a pool of them per
+// node and db, a cluster's slot map and its refresh, the round trip that
+// follows a cluster's redirections, and the script bodies it loads where
+// a node lacks one.
 //
 // Redis is the entry point: a standalone server (its Pool) or a cluster
 // (its Cluster), and the hot-key engine's rewrite.Upstream.
@@ -20,6 +21,16 @@
 // unavailable: …"); the next Get dials again, so the proxy recovers by
 // itself when Redis returns. Waiting clients share one dial's failure
 // rather than wait a dial timeout each.
+//
+// Timeouts and node health (health.go): a watchdog per pool, ticking only
+// while requests are in flight, looks at each shared connection's oldest
+// request. Past 50 ms the connection is stalled (a script, KEYS *, a big
+// reply): new batches go on another, which Get dials in its place, at
+// most perDB more per node, and the stalled one closes once drained.
+// Past the read timeout it fails with a TimeoutError ("ERR upstream
+// timeout: …; the command may have run") and the node is probed with
+// PING; while no probe is answered the node is down and Get, Dial and
+// Ask fail at once with a DownError, without a dial each.
 //
 // The package counts into prometheus counters it is handed (Metrics); it
 // registers nothing.

@@ -23,6 +23,7 @@ type NodeMetrics struct {
 	Requests prometheus.Counter  // requests written to the shared connections
 	Errors   prometheus.Counter  // failed dials and broken connections; not Redis error replies
 	Seconds  prometheus.Observer // seconds from a write to its last reply, once per write
+	Timeouts prometheus.Counter  // connections closed for a reply overdue (TimeoutError), also in Errors
 }
 
 // Metrics are what the upstream side counts. Nil fields count nowhere.
@@ -47,6 +48,7 @@ func (m Metrics) orNowhere() Metrics {
 			return &NodeMetrics{
 				Requests: unregistered(),
 				Errors:   unregistered(),
+				Timeouts: unregistered(),
 				Seconds:  prometheus.NewHistogram(prometheus.HistogramOpts{Name: "unregistered_seconds", Help: "Not registered."}),
 			}
 		}
@@ -62,17 +64,36 @@ func (m Metrics) orNowhere() Metrics {
 
 // Pool holds one node's shared connections: perDB of them for each db, so
 // a client that SELECTs never changes another client's db. It also dials
-// the connections a client needs for itself. Safe for concurrent use.
+// the connections a client needs for itself, and watches the node's
+// health (health.go): requests overdue, stalled connections, a node down.
+// Safe for concurrent use.
 type Pool struct {
 	dialer
-	perDB int
-	m     *NodeMetrics
-	log   *slog.Logger
-	state atomic.Int32 // nodeUnknown, nodeUp or nodeDown, by the last dial
+	perDB       int
+	readTimeout time.Duration
+	stallAfter  time.Duration // stallAfter; tests change it before the first Get
+	probeIdle   time.Duration // probeIdle; likewise
+	m           *NodeMetrics
+	log         *slog.Logger
+	state       atomic.Int32 // nodeUnknown, nodeUp or nodeDown, as last seen
+	// down is set while the node does not answer probes: see probe.
+	down    atomic.Pointer[DownError]
+	probing atomic.Bool                   // a probe runs
+	probed  atomic.Pointer[chan struct{}] // closed at a probe's first answer; nil after it
+	refused atomic.Int64                  // monoNow when a DownError was last answered
+	watch   watchdog
+	quit    chan struct{} // closed by close
+	watched []*Conn       // the watchdog's scratch
 
 	mu     sync.Mutex
 	conns  map[int][]*sharedSlot // by db
 	closed bool
+	// live are the shared connections the watchdog looks after: those in
+	// conns and those replaced after a stall (draining of them), until
+	// they fail or close. watching: watchLoop runs.
+	live     []*Conn
+	draining int
+	watching bool
 	// Redis refused SELECT of dbs from noDB on (it has fewer); SELECTs
 	// past it are refused without dialing, so a client cannot make us
 	// open a connection per attempt. 0 while none was refused.
@@ -81,16 +102,22 @@ type Pool struct {
 }
 
 // sharedSlot is one place in the pool; its own lock serialises redials, so
-// clients wait for one dial rather than each making their own.
+// clients wait for one dial rather than each making their own. conn is
+// stored under mu and may be loaded without it.
 type sharedSlot struct {
 	mu      sync.Mutex
-	conn    *Conn
+	conn    atomic.Pointer[Conn]
 	dialErr error     // the last dial's failure
 	failed  time.Time // when it failed
 }
 
-func newPool(d dialer, perDB int, m *NodeMetrics, log *slog.Logger) *Pool {
-	return &Pool{dialer: d, perDB: perDB, conns: make(map[int][]*sharedSlot), m: m, log: log}
+func newPool(d dialer, perDB int, readTimeout time.Duration, m *NodeMetrics, log *slog.Logger) *Pool {
+	return &Pool{
+		dialer: d, perDB: perDB, readTimeout: readTimeout, stallAfter: stallAfter, probeIdle: probeIdle, m: m, log: log,
+		conns: make(map[int][]*sharedSlot),
+		watch: watchdog{wake: make(chan struct{}, 1)},
+		quit:  make(chan struct{}),
+	}
 }
 
 // A node's state, as the pool's last dial found it.
@@ -108,8 +135,12 @@ func (p *Pool) DialTimeout() time.Duration { return p.timeout }
 // and in db. A failure to connect or authenticate is counted, and the
 // node going down (the first failure, or the first after a success) and
 // coming back are logged. Redis refusing SELECT is an answer, not a
-// failure: it comes back as a RedisError.
+// failure: it comes back as a RedisError. While the node is probed or
+// down it waits or fails as Get does.
 func (p *Pool) Dial(db int) (net.Conn, *bufio.Reader, error) {
+	if err := p.healthy(); err != nil {
+		return nil, nil, err
+	}
 	nc, br, err := p.dialer.dial(db)
 	var refused RedisError
 	switch {
@@ -126,12 +157,19 @@ func (p *Pool) Dial(db int) (net.Conn, *bufio.Reader, error) {
 	return nc, br, err
 }
 
-// Get returns a healthy shared connection for db, dialing when its place
-// in the pool is empty or its connection failed. Callers are spread over
-// the perDB places by id. Clients that wait while a dial fails share its
-// error. The error is ErrClosed after Close, a RedisError when Redis
-// refused db, else the dial's.
+// Get returns a shared connection for db, dialing when its place in the
+// pool is empty, its connection failed, or it stalled behind a slow
+// request: the stalled one is closed once its requests are answered, and
+// at most perDB are at a time; past that Get returns another usable
+// connection of db, else the stalled one. Callers are spread over the
+// perDB places by id. Clients that wait while a dial fails share its
+// error. After a request timed out, Get waits for the node's probe (see
+// probe). The error is ErrClosed after Close, a DownError while the node
+// is down, a RedisError when Redis refused db, else the dial's.
 func (p *Pool) Get(db int, id uint64) (*Conn, error) {
+	if err := p.healthy(); err != nil {
+		return nil, err
+	}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -155,8 +193,10 @@ func (p *Pool) Get(db int, id uint64) (*Conn, error) {
 	asked := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.conn != nil && !s.conn.Failed() {
-		return s.conn, nil
+	if c := s.conn.Load(); c != nil && c.state.Load()&(connFailed|connDraining) == 0 {
+		if c.Usable() || !p.drain(c) {
+			return usable(slots, c), nil
+		}
 	}
 	if s.dialErr != nil && s.failed.After(asked) {
 		// A dial failed while we waited for it: share its answer, so a
@@ -183,16 +223,65 @@ func (p *Pool) Get(db int, id uint64) (*Conn, error) {
 		nc.Close()
 		return nil, ErrClosed
 	}
-	s.conn = newConn(nc, br, p.m)
-	return s.conn, nil
+	c := newConn(nc, br, p.m, &p.watch)
+	s.conn.Store(c)
+	p.live = append(p.live, c)
+	if !p.watching {
+		p.watching = true
+		go p.watchLoop()
+	}
+	return c, nil
 }
 
-// ask sends n requests of the proxy's own on a new connection and returns
-// the n replies. The dial timeout bounds it all: a node that accepts but
-// does not answer (stopped, overloaded) must not stall the caller, and
-// the shared connections are not held up behind it either.
-func (p *Pool) ask(req []byte, n int) ([][]byte, error) {
-	nc, br, err := p.Dial(0)
+// usable is c when it is usable, else the first usable connection among
+// slots, else c: a stalled connection is better than none.
+func usable(slots []*sharedSlot, c *Conn) *Conn {
+	if c.Usable() {
+		return c
+	}
+	for _, s := range slots {
+		if o := s.conn.Load(); o != nil && o.Usable() {
+			return o
+		}
+	}
+	return c
+}
+
+// Send sends b on a shared connection for db: *conn while it is usable,
+// else the one Get(db, id) returns, which it leaves in *conn for the next
+// call. When Get fails, so does b, with Get's error. b.DoneCh is signalled
+// when b is complete or failed.
+func (p *Pool) Send(conn **Conn, db int, id uint64, b *Batch) {
+	for {
+		c := *conn
+		if c == nil || !c.Usable() {
+			var err error
+			if c, err = p.Get(db, id); err != nil {
+				*conn = nil
+				b.Err = err
+				b.DoneCh <- struct{}{}
+				return
+			}
+			*conn = c
+		}
+		if c.Send(b) {
+			return
+		}
+		*conn = nil // closed after a stall since Get gave it: b was not sent
+	}
+}
+
+// Ask sends n requests (RESP frames, back to back) on a new connection of
+// db 0 and returns the n replies: for the proxy's own requests (CLUSTER
+// SLOTS, COMMAND, PING) and those that must not wait behind the shared
+// connections (SCRIPT KILL). The dial timeout bounds it all: a node that
+// accepts but does not answer (stopped, overloaded) must not stall the
+// caller. While the node is probed or down it waits or fails as Get does.
+func (p *Pool) Ask(req []byte, n int) ([][]byte, error) { return p.exchange(p.Dial, req, n) }
+
+// exchange is Ask on a connection from dial.
+func (p *Pool) exchange(dial func(db int) (net.Conn, *bufio.Reader, error), req []byte, n int) ([][]byte, error) {
+	nc, br, err := dial(0)
 	if err != nil {
 		return nil, err
 	}
@@ -217,7 +306,7 @@ var pingReq = resp.AppendCommand(nil, []byte("PING"))
 // and returns nil for a reply that is not an error; a RedisError for an
 // error reply (LOADING, MASTERDOWN…).
 func (p *Pool) Ping() error {
-	replies, err := p.ask(pingReq, 1)
+	replies, err := p.Ask(pingReq, 1)
 	if err != nil {
 		return err
 	}
@@ -227,20 +316,20 @@ func (p *Pool) Ping() error {
 	return nil
 }
 
-// close retires every shared connection; batches in flight fail.
+// close retires every shared connection, failing the batches in flight,
+// and stops watching the node.
 func (p *Pool) close() {
 	p.mu.Lock()
-	p.closed = true
-	var slots []*sharedSlot
-	for _, s := range p.conns {
-		slots = append(slots, s...)
+	if p.closed {
+		p.mu.Unlock()
+		return
 	}
+	p.closed = true
+	close(p.quit)
+	live := p.live
+	p.live = nil
 	p.mu.Unlock()
-	for _, s := range slots { // slot locks are never taken under p.mu
-		s.mu.Lock()
-		if s.conn != nil {
-			s.conn.close()
-		}
-		s.mu.Unlock()
+	for _, c := range live {
+		c.close()
 	}
 }

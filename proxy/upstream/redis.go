@@ -27,6 +27,9 @@ type Redis struct {
 	Pool    *Pool    // a standalone server
 	Cluster *Cluster // a cluster
 
+	// Cluster mode's round trips for Do, reused.
+	trips sync.Pool
+
 	// Standalone mode's command table, asked once.
 	keys    atomic.Pointer[keyspec.Table]
 	keysMu  sync.Mutex   // one asks
@@ -38,21 +41,23 @@ var _ rewrite.Upstream = (*Redis)(nil)
 // New returns the upstream cfg describes, which must have passed
 // validation. A standalone server is dialed on first use; a cluster's
 // slot map is loaded before New returns when a seed answers, else in the
-// background, and kept fresh until Close. log gets the nodes going down
+// background, and kept fresh until Close. upstream.tls's files are read
+// here, once: a change to them needs a restart. log gets the nodes going down
 // and up and the slot map's changes.
 func New(cfg *config.Upstream, log *slog.Logger, m Metrics) (*Redis, error) {
 	m = m.orNowhere()
+	tlsBase, err := cfg.TLS.ClientConfig()
+	if err != nil {
+		return nil, err
+	}
 	switch cfg.Mode {
 	case config.ModeStandalone:
-		d := dialer{
-			addr:     cfg.Addrs[0],
-			username: cfg.Username,
-			password: string(cfg.Password),
-			timeout:  cfg.DialTimeout.Duration(),
-		}
-		return &Redis{Pool: newPool(d, cfg.ConnsPerNode, m.Node(d.addr), log)}, nil
+		d := newDialer(cfg, tlsBase, cfg.Addrs[0])
+		return &Redis{Pool: newPool(d, cfg.ConnsPerNode, cfg.ReadTimeout.Duration(), m.Node(d.addr), log)}, nil
 	case config.ModeCluster:
-		return &Redis{Cluster: newCluster(cfg, log, m)}, nil
+		u := &Redis{Cluster: newCluster(cfg, tlsBase, log, m)}
+		u.trips.New = func() any { r := NewRoundTrip(u.Cluster, 0); return &r }
+		return u, nil
 	}
 	return nil, fmt.Errorf("proxy: unknown upstream.mode %q", cfg.Mode)
 }
@@ -80,7 +85,8 @@ func (u *Redis) Do(reqs []rewrite.Request) [][]byte {
 			}
 			return replies
 		}
-		r := NewRoundTrip(c, 0)
+		r := u.trips.Get().(*RoundTrip)
+		defer u.trips.Put(r)
 		for _, q := range reqs {
 			slot := int(hashslot.Of(q.Key))
 			n := t.Slots[slot]
@@ -90,29 +96,43 @@ func (u *Redis) Do(reqs []rewrite.Request) [][]byte {
 			r.Queue(n, slot, nil, q.Args)
 		}
 		r.Run()
+		// The replies outlive the RoundTrip's buffers: one copy holds them.
+		size := 0
 		for i := range replies {
-			replies[i] = r.Reply(i)
+			size += len(r.Reply(i))
 		}
+		out := make([]byte, 0, size)
+		for i := range replies {
+			start := len(out)
+			out = append(out, r.Reply(i)...)
+			replies[i] = out[start:len(out):len(out)]
+		}
+		r.Reset()
 		return replies
 	}
-	var req []byte
+	b := doBatches.Get().(*Batch)
+	defer doBatches.Put(b)
+	b.Req, b.N, b.Done, b.OKLen, b.Err, b.Ends = b.Req[:0], len(reqs), 0, 0, nil, b.Ends[:0]
 	for _, q := range reqs {
-		req = resp.AppendCommand(req, q.Args...)
+		b.Req = resp.AppendCommand(b.Req, q.Args...)
 	}
-	conn, err := u.Pool.Get(0, 0)
-	b := &Batch{Req: req, N: len(reqs), Ends: make([]int, 0, len(reqs)), DoneCh: make(chan struct{}, 1)}
-	if err == nil {
-		conn.Send(b)
-		<-b.DoneCh
-		err = b.Err
-	}
-	done := b.replies(nil)
-	copy(replies, done)
+	// The replies are returned: Out is the one part never reused.
+	b.Out = make([]byte, 0, 64*len(reqs))
+	var conn *Conn
+	u.Pool.Send(&conn, 0, 0, b)
+	<-b.DoneCh
+	done := b.replies(replies[:0])
 	for i := len(done); i < len(replies); i++ {
-		replies[i] = redcon.AppendError(nil, ErrorText(err))
+		replies[i] = redcon.AppendError(nil, ErrorText(b.Err))
 	}
+	b.Out = nil
 	return replies
 }
+
+// doBatches are standalone Do's batches, each with its DoneCh, Ends and
+// request buffer, reused once their replies are in: a hot-key deduct then
+// allocates for its replies only.
+var doBatches = sync.Pool{New: func() any { return &Batch{Ends: make([]int, 0, 8), DoneCh: make(chan struct{}, 1)} }}
 
 // Placement implements rewrite.Upstream.
 func (u *Redis) Placement() (int, func(uint16) int) {
@@ -160,7 +180,7 @@ func (u *Redis) KeyTable() *keyspec.Table {
 	if u.failedLately() {
 		return nil
 	}
-	replies, err := u.Pool.ask(resp.AppendCommand(nil, []byte("COMMAND")), 1)
+	replies, err := u.Pool.Ask(resp.AppendCommand(nil, []byte("COMMAND")), 1)
 	var k *keyspec.Table
 	if err == nil {
 		k, err = keyspec.Parse(replies[0])

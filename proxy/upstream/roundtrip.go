@@ -42,6 +42,7 @@ type clusterPart struct {
 // nodeBatch is a round's requests to one node.
 type nodeBatch struct {
 	node *Node
+	conn *Conn // the node's shared connection it went on last
 	Batch
 }
 
@@ -108,7 +109,9 @@ func (r *RoundTrip) firstRoundBatch(n *Node) *nodeBatch {
 	}
 	nb := r.batches[r.used]
 	r.used++
-	nb.node = n
+	if nb.node != n {
+		nb.node, nb.conn = n, nil
+	}
 	nb.Req, nb.N = nb.Req[:0], 0
 	return nb
 }
@@ -136,13 +139,7 @@ func (r *RoundTrip) sendRound(round []*nodeBatch) {
 		if nb.Ends == nil {
 			nb.Ends = make([]int, 0, nb.N)
 		}
-		conn, err := nb.node.Pool.Get(0, r.id)
-		if err != nil {
-			nb.Err = err
-			nb.DoneCh <- struct{}{}
-			continue
-		}
-		conn.Send(&nb.Batch)
+		nb.node.Pool.Send(&nb.conn, 0, r.id, &nb.Batch)
 	}
 	for _, nb := range round {
 		<-nb.DoneCh
