@@ -356,6 +356,7 @@ func (s *session) forwardBig(raw []byte) {
 	s.b.Req, s.b.N = raw, 1
 	s.flush()
 	s.b.Req = req
+	s.account() // the batch's buffer is its own again, not the read buffer
 	s.flushFull()
 }
 
