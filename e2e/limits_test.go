@@ -152,6 +152,7 @@ func TestLimitSlowReader(t *testing.T) {
 // written whole before any reply is read (redis-py's execute), is served
 // as Redis serves it: 100 MB of SETs cost the proxy a few buffers, not the
 // pipeline, and 64 MiB of GET replies are held until the client reads them.
+// Another client is served meanwhile.
 func TestLimitHugePipeline(t *testing.T) {
 	e := startEnv(t, nil)
 	value := strings.Repeat("h", 1000)
@@ -164,6 +165,7 @@ func TestLimitHugePipeline(t *testing.T) {
 			_, err := io.WriteString(c.nc, req)
 			written <- err
 		}()
+		pingsAnswered(t, e.ProxyAddr(), 10) // while the pipeline is being written
 		most := 0.0
 		for done := false; !done; {
 			select {
