@@ -74,7 +74,7 @@ for shape in "${SHAPES[@]}"; do
 	rows+=("| $shape | ${args[*]} | $(mib "$direct") | $(mib "$proxy") | $(awk -v p="$proxy" -v d="$direct" 'BEGIN {printf "%.2f", p / d}') | $(mib "$behind") | ${out#*: } |")
 done
 
-report=$(
+bench_save_report bigpipe "$(
 	echo "# Huge-pipeline memory, $(date '+%Y-%m-%d %H:%M:%S %Z')"
 	echo
 	echo "One client writes the whole pipeline, then reads every reply. Peak RSS (VmHWM) in MiB, fresh processes per run."
@@ -85,12 +85,4 @@ report=$(
 	echo
 	echo "- machine: $(nproc) CPUs, $(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo), Linux $(uname -r); $(go version | sed 's/^go version //')"
 	echo "- hotkeyproxy $(git -C "$BENCH_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)${BIGPIPE_PROXY:+, proxy config: $BIGPIPE_PROXY}; redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')"
-)
-echo
-echo "$report"
-mkdir -p "$BENCH_DIR/results"
-suffix=""
-if [[ ${BENCH_QUICK:-0} == 1 ]]; then suffix=-quick; fi
-result_file=$BENCH_DIR/results/bigpipe-$(date +%Y-%m-%d-%H%M%S)$suffix.md
-echo "$report" >"$result_file"
-bench_log "wrote $result_file"
+)"
