@@ -27,6 +27,9 @@ const (
 	redirectMoved = "moved" // kind: -MOVED, the slot has a new master
 	redirectAsk   = "ask"   // kind: -ASK, the slot is migrating
 
+	rejectMaxClients = "max_clients"        // reason: limits.max_clients were connected
+	rejectPerIP      = "max_clients_per_ip" // reason: as many from the client's address
+
 	evictMemory = "max_client_memory" // reason: the clients together held too much
 	evictOutput = "output_limit"      // reason: too many replies unread
 	evictQuery  = "query_buffer"      // reason: too much input unparsed
@@ -49,8 +52,8 @@ type metrics struct {
 	commandSeconds *commandHistograms     // command
 	byCommand      []atomic.Pointer[commandMetrics]
 
-	rejectedClients      prometheus.Counter            // reason max_clients
-	rejectedPerIP        prometheus.Counter            // reason max_clients_per_ip
+	rejectedClients      prometheus.Counter            // reason rejectMaxClients
+	rejectedPerIP        prometheus.Counter            // reason rejectPerIP
 	evicted              map[string]prometheus.Counter // by reason: evictMemory, evictOutput, evictQuery
 	authFailures         prometheus.Counter
 	tlsHandshakeFailures prometheus.Counter
@@ -118,8 +121,8 @@ func newMetrics(reg *prometheus.Registry, clients func() int, clientMemory func(
 		Name: "hotkeyproxy_rejected_clients_total",
 		Help: "Clients refused as they connected, by reason: max_clients (limits.max_clients clients were connected) or max_clients_per_ip (limits.max_clients_per_ip from the client's address were).",
 	}, []string{"reason"})
-	m.rejectedClients = rejected.WithLabelValues("max_clients")
-	m.rejectedPerIP = rejected.WithLabelValues("max_clients_per_ip")
+	m.rejectedClients = rejected.WithLabelValues(rejectMaxClients)
+	m.rejectedPerIP = rejected.WithLabelValues(rejectPerIP)
 	evicted := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "hotkeyproxy_evicted_clients_total",
 		Help: "Clients the proxy closed for going over a limit, by reason: max_client_memory (the clients together held more than limits.max_client_memory and this one held the most), output_limit (more unread replies than limits.query_buffer) or query_buffer (more unparsed input than limits.query_buffer).",
