@@ -493,6 +493,19 @@ bench_start_predixy() {
 	bench_wait_ping "$PREDIXY_PORT" "$PREDIXY_PID" predixy
 }
 
+# bench_save_report NAME REPORT: prints REPORT and writes it to
+# bench/results/NAME-<date>[-quick].md (-quick under BENCH_QUICK=1).
+bench_save_report() {
+	local file suffix=""
+	if [[ ${BENCH_QUICK:-0} == 1 ]]; then suffix=-quick; fi
+	echo
+	echo "$2"
+	mkdir -p "$BENCH_DIR/results"
+	file=$BENCH_DIR/results/$1-$(date +%Y-%m-%d-%H%M%S)$suffix.md
+	echo "$2" >"$file"
+	bench_log "wrote $file"
+}
+
 # bench_rounds: the measurement, in interleaved rounds: each round runs
 # every target once, starting with a different one each round, so drift
 # and noise hit every target alike. Uses DEPTHS, N1, N16, ROUNDS, TARGETS

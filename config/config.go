@@ -27,8 +27,14 @@ type Config struct {
 	// TLS configures a TLS listener for clients (tls.go). Default off.
 	TLS TLS `yaml:"tls"`
 	// Password, when set, makes clients AUTH before any other command, as
-	// Redis's requirepass. Empty (the default) means no AUTH.
+	// Redis's requirepass. Empty (the default) means no AUTH. Load expands
+	// ${NAME} in it from the environment (see ExpandSecret).
 	Password Secret `yaml:"password"`
+	// PasswordFile names a file whose content Load reads into Password, at
+	// start and on every reload (one trailing newline dropped). A relative
+	// path is relative to the config file's directory. Empty (the default)
+	// reads none; set Password or PasswordFile, not both.
+	PasswordFile string `yaml:"password_file"`
 	// Upstream is the Redis the proxy relays to.
 	Upstream Upstream `yaml:"upstream"`
 	// Limits bound what one client, and all of them, may hold.
@@ -66,8 +72,11 @@ type Upstream struct {
 	// sends AUTH with the password only (the "default" user).
 	Username string `yaml:"username"`
 	// Password is sent with AUTH on every upstream connection. Empty (the
-	// default) sends no AUTH.
+	// default) sends no AUTH. Load expands ${NAME} in it, as in the
+	// client password.
 	Password Secret `yaml:"password"`
+	// PasswordFile is read into Password, as the client password_file.
+	PasswordFile string `yaml:"password_file"`
 	// TLS configures TLS toward Redis (tls.go). Default off.
 	TLS UpstreamTLS `yaml:"tls"`
 	// ConnsPerNode is the number of shared upstream connections per node
@@ -104,6 +113,33 @@ type Limits struct {
 	// Redis's timeout. 0 (the default) never closes idle clients; must not
 	// be negative.
 	IdleTimeout Duration `yaml:"idle_timeout"`
+	// MaxClientsPerIP is the most client connections from one IP address
+	// at once; one more is answered "-ERR hotkeyproxy: max number of
+	// clients per IP address reached" and closed. Redis has no such
+	// limit. 0 (the default) means none: behind a load balancer or NAT
+	// every client may come from one address. Must not be negative.
+	MaxClientsPerIP int `yaml:"max_clients_per_ip"`
+	// MaxPendingOutput is how many bytes of replies may wait to be written
+	// to one client before the proxy stops reading that client's next
+	// commands, until the client has read enough of them (backpressure,
+	// which Redis does not apply: it buffers a normal client's replies
+	// without limit). A client that reads nothing for a second while over
+	// it is read on, as Redis would, so that a client that writes a whole
+	// pipeline before reading any reply is served; QueryBuffer then bounds
+	// its replies (so a MaxPendingOutput above QueryBuffer never applies).
+	// 0 turns backpressure off. Must be 0 or >= 64kb; default 4mb.
+	MaxPendingOutput ByteSize `yaml:"max_pending_output"`
+	// MaxClientMemory bounds the memory all clients hold together: their
+	// query buffers, pending replies and requests being relayed. Past it,
+	// the client holding the most is closed, logged and counted, as
+	// Redis 7.0's maxmemory-clients. 0 (the default, as Redis's) means no
+	// bound. Must be 0 or >= 1mb.
+	MaxClientMemory ByteSize `yaml:"max_client_memory"`
+	// AuthFailureDelay is how long the proxy waits before it answers a
+	// failed AUTH (or HELLO … AUTH), so that guessing passwords over one
+	// connection is slow; failures are counted in the metrics either way.
+	// 0 answers at once. Must be 0..10s; default 100ms.
+	AuthFailureDelay Duration `yaml:"auth_failure_delay"`
 }
 
 // Log levels and formats.
@@ -255,9 +291,11 @@ func Default() *Config {
 			ReadTimeout:  Duration(5 * time.Second),
 		},
 		Limits: Limits{
-			MaxClients:  10000,
-			QueryBuffer: 1 * GB,
-			MaxBulk:     512 * MB,
+			MaxClients:       10000,
+			QueryBuffer:      1 * GB,
+			MaxBulk:          512 * MB,
+			MaxPendingOutput: 4 * MB,
+			AuthFailureDelay: Duration(100 * time.Millisecond),
 		},
 		ShutdownTimeout: Duration(10 * time.Second),
 		Log:             Log{Level: LevelInfo, Format: FormatText},
@@ -353,6 +391,18 @@ func (c *Config) validate() []*Error {
 		v.errorf("limits.max_bulk", "must be <= limits.query_buffer (%s), got %s", l.QueryBuffer, l.MaxBulk)
 	}
 	v.nonNegative("limits.idle_timeout", l.IdleTimeout)
+	if l.MaxClientsPerIP < 0 {
+		v.errorf("limits.max_clients_per_ip", "must be 0 (no limit) or more, got %d", l.MaxClientsPerIP)
+	}
+	if l.MaxPendingOutput != 0 && l.MaxPendingOutput < 64*KB {
+		v.errorf("limits.max_pending_output", "must be 0 (off) or >= 64kb, got %s", l.MaxPendingOutput)
+	}
+	if l.MaxClientMemory != 0 && l.MaxClientMemory < MB {
+		v.errorf("limits.max_client_memory", "must be 0 (no bound) or >= 1mb, got %s", l.MaxClientMemory)
+	}
+	if d := l.AuthFailureDelay; d < 0 || d.Duration() > 10*time.Second {
+		v.errorf("limits.auth_failure_delay", "must be 0s..10s, got %s", d)
+	}
 
 	v.positive("shutdown_timeout", c.ShutdownTimeout)
 
@@ -490,12 +540,13 @@ func (v *validator) nonNegative(key string, d Duration) {
 }
 
 // String returns c as YAML with every Secret masked, for logs and for the
-// validate-only command-line mode.
+// validate-only command-line mode. A secret read from a file prints as ""
+// beside its file, so that the printed config reads the file again.
 func (c *Config) String() string {
 	var b strings.Builder
 	enc := yaml.NewEncoder(&b)
 	enc.SetIndent(2)
-	if err := enc.Encode(c); err != nil {
+	if err := enc.Encode(c.secretsAsFiles()); err != nil {
 		return "config: cannot print: " + err.Error()
 	}
 	if err := enc.Close(); err != nil {

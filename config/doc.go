@@ -43,7 +43,16 @@
 //
 // Password fields have type Secret, which prints and serializes as "******"
 // in every format (fmt, YAML, JSON, slog), so Config.String can be logged.
-// The flip side: a printed config is not a usable config file.
+// The flip side: a printed config is not a usable config file, except for
+// secrets read from a file, which print as "" beside their file.
+//
+// A secret may come from a file (password_file beside password, read by
+// Load at start and on every reload, one trailing newline dropped) or from
+// the environment: ${NAME} in a password field is replaced by the variable
+// NAME. Only the password fields expand ${NAME}, so a Lua body or a glob
+// keeps its "$" as written. An unset or empty variable, an unreadable or
+// empty file, and both a password and its file are errors that name the
+// key and the variable or file, never a value.
 //
 // Glob patterns (hotkeys.keys[].match, hotkeys.detect.promote) are Redis
 // globs. Validation only checks that a pattern is non-empty and, for

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -56,9 +57,12 @@ func (e *Error) Error() string {
 }
 
 // Load reads the YAML file at path and returns its Config: the defaults
-// with the file's fields on top, validated. Unknown fields, bad values and
-// an empty value for a scalar key ("listen:" with nothing after it) are
-// errors; each names the file, line and key path. A key written as an
+// with the file's fields on top, the secrets read from their files
+// (password_file, relative to path's directory) or their ${NAME}
+// references expanded from the environment, validated. Unknown fields,
+// bad values, an unreadable secret file, an unset variable and an empty
+// value for a scalar key ("listen:" with nothing after it) are errors;
+// each names the file, line and key path. A key written as an
 // empty mapping or list ("upstream:" with every sub-key commented out)
 // keeps its defaults or means an empty list.
 func Load(path string) (*Config, error) {
@@ -69,8 +73,9 @@ func Load(path string) (*Config, error) {
 	return parse(path, data)
 }
 
-// Parse is Load for YAML already in memory; its errors name no file. Empty
-// data gives Default().
+// Parse is Load for YAML already in memory; its errors name no file, and
+// relative secret files start in the working directory. Empty data gives
+// Default().
 func Parse(data []byte) (*Config, error) {
 	return parse("", data)
 }
@@ -123,8 +128,13 @@ func parse(file string, data []byte) (*Config, error) {
 		return fail(errs)
 	}
 
+	dir := ""
+	if file != "" {
+		dir = filepath.Dir(file)
+	}
+	errs = c.readSecrets(dir)
 	c.applyDefaults()
-	errs = c.validate()
+	errs = append(errs, c.validate()...)
 	for _, e := range errs {
 		e.Line = idx.line(e.Path)
 	}

@@ -755,7 +755,8 @@ type hkProc struct {
 }
 
 // hkSpawn runs the binary with the config file and waits until listen
-// answers PING. The process is killed when the test ends, if still alive.
+// answers PING (with PONG, or NOAUTH when the config sets a password). The
+// process is killed when the test ends, if still alive.
 func hkSpawn(t *testing.T, bin, cfgPath, listen string) *hkProc {
 	t.Helper()
 	p := &hkProc{cmd: exec.Command(bin, "--config", cfgPath), out: &redistest.SyncBuffer{}, done: make(chan struct{})}
@@ -775,7 +776,7 @@ func hkSpawn(t *testing.T, bin, cfgPath, listen string) *hkProc {
 		if c, err := hkDial(listen); err == nil {
 			r, err := c.doStr("PING")
 			c.close()
-			if err == nil && r == "+PONG\r\n" {
+			if err == nil && (r == "+PONG\r\n" || strings.HasPrefix(r, "-NOAUTH")) {
 				return p
 			}
 		}

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // errOutputLimit closes a client that lets more replies pile up unread than
@@ -23,26 +25,42 @@ var errOutputLimit = errors.New("proxy: client output buffer limit reached")
 //
 // A TLS client's replies take the same path once encrypted: wrapTLS puts
 // the tls.Conn on top, whose records come back to send.
+//
+// What is queued is a copy, sized to the bytes, so that the session keeps
+// reusing its reply buffer and the queue holds no spare capacity; only a
+// buffer too big to keep is handed over as it is.
 type clientWriter struct {
 	nc    net.Conn
 	raw   syscall.RawConn // nil when nc is not a socket: then writes block
 	limit int             // most bytes queued for the background writer
 	tls   *tls.Conn       // set by wrapTLS: replies are written through it
+	mem   *memAccount     // the client's share of limits.max_client_memory; set by newSession
 
 	// tryWrite's state, of the session's goroutine only (of the tls.Conn's
 	// writer, which holds its own lock around every record, over TLS).
 	try     tryState
 	writeFD func(fd uintptr) bool
 
-	mu      sync.Mutex
-	queue   [][]byte
-	queued  int
-	running chan struct{} // non-nil while the background writer runs; closed when it ends
-	err     error         // sticky
+	mu       sync.Mutex
+	queue    [][]byte
+	queued   atomic.Int64  // bytes in queue or being written from it; written under mu, read without
+	running  chan struct{} // non-nil while the background writer runs; closed when it ends
+	progress chan struct{} // cap 1: the background writer wrote some
+	err      error         // sticky
 }
 
+// Sizes of the background writer.
+const (
+	// keepMax is the largest reply buffer a session keeps for reuse: one
+	// bigger is handed to the queue as it is, not copied.
+	keepMax = 8 * maxPendingOut
+	// drainPiece is the most one write of the background writer sends,
+	// so that its progress shows in steps a slow reader can make.
+	drainPiece = maxPendingOut
+)
+
 func newClientWriter(nc net.Conn, limit int) *clientWriter {
-	w := &clientWriter{nc: nc, limit: limit}
+	w := &clientWriter{nc: nc, limit: limit, progress: make(chan struct{}, 1)}
 	if sc, ok := nc.(syscall.Conn); ok {
 		w.raw, _ = sc.SyscallConn()
 	}
@@ -96,8 +114,11 @@ func (w *clientWriter) write(p []byte) (kept bool, err error) {
 func (w *clientWriter) send(p []byte, clone bool) (kept bool, err error) {
 	w.mu.Lock()
 	if w.err != nil || w.running != nil {
-		defer w.mu.Unlock()
-		return w.enqueue(p, clone), w.err
+		kept, added := w.enqueue(p, clone)
+		err := w.err
+		w.mu.Unlock()
+		w.mem.add(int64(added))
+		return kept, err
 	}
 	w.mu.Unlock()
 	n, err := w.tryWrite(p)
@@ -111,28 +132,62 @@ func (w *clientWriter) send(p []byte, clone bool) (kept bool, err error) {
 		return false, nil
 	}
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	w.running = make(chan struct{})
-	kept = w.enqueue(p[n:], clone)
+	kept, added := w.enqueue(p[n:], clone)
+	err = w.err
 	go w.drain(w.running)
-	return kept, w.err
+	w.mu.Unlock()
+	w.mem.add(int64(added))
+	return kept, err
 }
 
-// enqueue adds p, or a copy of it when clone is set, for the background
-// writer; w.mu is held.
-func (w *clientWriter) enqueue(p []byte, clone bool) bool {
-	if w.err != nil {
-		return false
+// enqueue adds p, or a copy of it, for the background writer and returns
+// whether it kept p and how many bytes it queued; w.mu is held. It copies
+// when clone is set or p is small enough for the caller to keep reusing.
+func (w *clientWriter) enqueue(p []byte, clone bool) (kept bool, added int) {
+	if w.err != nil || len(p) == 0 {
+		return false, 0
 	}
-	if clone {
+	kept = !clone && cap(p) > keepMax
+	if !kept {
 		p = bytes.Clone(p)
 	}
 	w.queue = append(w.queue, p)
-	w.queued += len(p)
-	if w.queued > w.limit {
+	if w.queued.Add(int64(len(p))) > int64(w.limit) {
 		w.err = errOutputLimit
 	}
-	return true
+	return kept, len(p)
+}
+
+// pending is how many bytes wait for the background writer.
+func (w *clientWriter) pending() int { return int(w.queued.Load()) }
+
+// waitBelow waits until at most bound bytes wait to be written, the client
+// failed, or stop is closed; or until the client took nothing for grace,
+// which it reports: the client is not reading.
+func (w *clientWriter) waitBelow(bound int, grace time.Duration, stop <-chan struct{}) (stalled bool) {
+	var timer *time.Timer
+	for {
+		w.mu.Lock()
+		queued, err := int(w.queued.Load()), w.err
+		w.mu.Unlock()
+		if queued <= bound || err != nil {
+			return false
+		}
+		if timer == nil {
+			timer = time.NewTimer(grace)
+			defer timer.Stop()
+		} else {
+			timer.Reset(grace)
+		}
+		select {
+		case <-w.progress:
+		case <-timer.C:
+			return true
+		case <-stop:
+			return false
+		}
+	}
 }
 
 // tryWrite writes what the socket takes now, without waiting.
@@ -177,21 +232,50 @@ func (w *clientWriter) drain(done chan struct{}) {
 	for {
 		w.mu.Lock()
 		q := w.queue
-		w.queue, w.queued = nil, 0
+		w.queue = nil
 		if len(q) == 0 || w.err != nil {
+			dropped := w.queued.Swap(0) // never to be written: the client failed
 			w.running = nil
 			w.mu.Unlock()
+			w.mem.add(-dropped)
+			w.signalProgress() // a session waiting on a failed client goes on
 			return
 		}
 		w.mu.Unlock()
 		for _, b := range q {
-			if _, err := w.nc.Write(b); err != nil {
-				w.mu.Lock()
-				w.err = err
-				w.mu.Unlock()
+			if !w.drainOne(b) {
 				break
 			}
 		}
+	}
+}
+
+// drainOne writes b in pieces, accounting each; it reports false when the
+// client failed.
+func (w *clientWriter) drainOne(b []byte) bool {
+	for len(b) > 0 {
+		piece := b[:min(len(b), drainPiece)]
+		_, err := w.nc.Write(piece)
+		b = b[len(piece):]
+		w.mu.Lock()
+		if err != nil {
+			w.err = err
+			w.mu.Unlock()
+			return false
+		}
+		w.queued.Add(-int64(len(piece)))
+		w.mu.Unlock()
+		w.mem.add(-int64(len(piece)))
+		w.signalProgress()
+	}
+	return true
+}
+
+// signalProgress wakes waitBelow, unless it has been woken already.
+func (w *clientWriter) signalProgress() {
+	select {
+	case w.progress <- struct{}{}:
+	default:
 	}
 }
 

@@ -309,10 +309,7 @@ func (s *session) endCmd() {
 	c := &cs.cmds[len(cs.cmds)-1]
 	c.n = cs.Len() - c.first
 	if cs.Len() >= maxBatchCommands || cs.Size() >= maxBatchBytes {
-		s.flush()
-		if len(s.out) >= maxPendingOut && !s.write() {
-			s.quit = true
-		}
+		s.flushFull()
 	}
 }
 

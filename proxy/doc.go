@@ -29,6 +29,16 @@
 // error texts. The proxy speaks RESP2 only: HELLO 3 gets NOPROTO, from which
 // clients fall back.
 //
+// Limits: a session stops reading a client while more than
+// limits.max_pending_output of replies wait for it, as long as the client
+// reads them (Redis has no such backpressure; a client that reads nothing
+// for a second is read on, so pipelines written before reading work, and
+// limits.query_buffer bounds its replies). Sessions account what they hold
+// in clientMemory; past limits.max_client_memory the client holding the
+// most is closed. The listener refuses clients past limits.max_clients and
+// limits.max_clients_per_ip; a failed AUTH is answered after
+// limits.auth_failure_delay.
+//
 // Failures: a Redis error reply is relayed and the connection stays. A
 // transport failure retires the connection; every request in flight gets
 // "-ERR upstream unavailable: …", and the next request dials again, so the

@@ -51,6 +51,7 @@ func (srv *Server) infoSection(args [][]byte, t *upstream.Topology) string {
 	line("proxy_version", version)
 	line("proxy_uptime_in_seconds", strconv.FormatInt(int64(time.Since(started).Seconds()), 10))
 	line("proxy_connected_clients", strconv.Itoa(srv.Clients()))
+	line("proxy_client_memory", strconv.FormatInt(srv.clientMem.total.Load(), 10))
 	line("proxy_upstream_mode", srv.cfg.Upstream.Mode)
 	if t != nil {
 		// Counts only: in front of a cluster, clients see one Redis and

@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
@@ -109,8 +110,24 @@ func (s *session) auth(args [][]byte) {
 		len(args) == 3 && s.checkAuth(args[1], args[2]):
 		s.reply([]byte("+OK\r\n"))
 	default:
-		s.replyError(rediserr.WrongPass)
+		s.authFailed()
 	}
+}
+
+// authFailed counts a refused AUTH and answers it after
+// limits.auth_failure_delay: the session reads nothing meanwhile, so one
+// connection guesses at most one password per delay.
+func (s *session) authFailed() {
+	s.srv.m.authFailures.Inc()
+	if d := s.srv.config().Limits.AuthFailureDelay.Duration(); d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-s.srv.stop:
+		}
+		t.Stop()
+	}
+	s.replyError(rediserr.WrongPass)
 }
 
 // hello answers HELLO as Redis 7.0 does for RESP2. The proxy relays RESP2
@@ -142,7 +159,7 @@ func (s *session) hello(args [][]byte) {
 		}
 	}
 	if user != nil && !s.checkAuth(user, pass) {
-		s.replyError(rediserr.WrongPass)
+		s.authFailed()
 		return
 	}
 	if !s.authed {

@@ -26,6 +26,13 @@ const (
 	resultError   = "error" // result: an error reply
 	redirectMoved = "moved" // kind: -MOVED, the slot has a new master
 	redirectAsk   = "ask"   // kind: -ASK, the slot is migrating
+
+	rejectMaxClients = "max_clients"        // reason: limits.max_clients were connected
+	rejectPerIP      = "max_clients_per_ip" // reason: as many from the client's address
+
+	evictMemory = "max_client_memory" // reason: the clients together held too much
+	evictOutput = "output_limit"      // reason: too many replies unread
+	evictQuery  = "query_buffer"      // reason: too much input unparsed
 )
 
 // latencyBuckets are the buckets of the latency histograms, in seconds:
@@ -45,7 +52,10 @@ type metrics struct {
 	commandSeconds *commandHistograms     // command
 	byCommand      []atomic.Pointer[commandMetrics]
 
-	rejectedClients      prometheus.Counter
+	rejectedClients      prometheus.Counter            // reason rejectMaxClients
+	rejectedPerIP        prometheus.Counter            // reason rejectPerIP
+	evicted              map[string]prometheus.Counter // by reason: evictMemory, evictOutput, evictQuery
+	authFailures         prometheus.Counter
 	tlsHandshakeFailures prometheus.Counter
 
 	upstreamRequests *prometheus.CounterVec   // node
@@ -60,8 +70,8 @@ type metrics struct {
 
 // newMetrics makes the proxy's metrics and registers them, with the Go
 // runtime and process collectors, on reg. clients reports the connected
-// clients at scrape time.
-func newMetrics(reg *prometheus.Registry, clients func() int) *metrics {
+// clients and clientMemory what they hold, at scrape time.
+func newMetrics(reg *prometheus.Registry, clients func() int, clientMemory func() int64) *metrics {
 	m := &metrics{
 		reg: reg,
 		commands: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -69,9 +79,9 @@ func newMetrics(reg *prometheus.Registry, clients func() int) *metrics {
 			Help: "Commands answered, by command name (Redis's commands, else \"other\") and result (\"error\" for an error reply, else \"ok\"). Commands sent in subscribe mode count as ok.",
 		}, []string{"command", "result"}),
 		byCommand: make([]atomic.Pointer[commandMetrics], len(commandLabels)),
-		rejectedClients: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "hotkeyproxy_rejected_clients_total",
-			Help: "Clients refused because limits.max_clients clients were connected.",
+		authFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hotkeyproxy_auth_failures_total",
+			Help: "AUTH and HELLO ... AUTH commands refused for a wrong username or password.",
 		}),
 		tlsHandshakeFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "hotkeyproxy_tls_handshake_failures_total",
@@ -107,6 +117,20 @@ func newMetrics(reg *prometheus.Registry, clients func() int) *metrics {
 	}, []string{"kind"})
 	m.moved = redirects.WithLabelValues(redirectMoved)
 	m.ask = redirects.WithLabelValues(redirectAsk)
+	rejected := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hotkeyproxy_rejected_clients_total",
+		Help: "Clients refused as they connected, by reason: max_clients (limits.max_clients clients were connected) or max_clients_per_ip (limits.max_clients_per_ip from the client's address were).",
+	}, []string{"reason"})
+	m.rejectedClients = rejected.WithLabelValues(rejectMaxClients)
+	m.rejectedPerIP = rejected.WithLabelValues(rejectPerIP)
+	evicted := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hotkeyproxy_evicted_clients_total",
+		Help: "Clients the proxy closed for going over a limit, by reason: max_client_memory (the clients together held more than limits.max_client_memory and this one held the most), output_limit (more unread replies than limits.query_buffer) or query_buffer (more unparsed input than limits.query_buffer).",
+	}, []string{"reason"})
+	m.evicted = map[string]prometheus.Counter{}
+	for _, r := range []string{evictMemory, evictOutput, evictQuery} {
+		m.evicted[r] = evicted.WithLabelValues(r)
+	}
 	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "hotkeyproxy_config_reloads_total",
 		Help: "Configuration reloads, by result: ok (applied) or error (refused, the old config kept).",
@@ -114,13 +138,17 @@ func newMetrics(reg *prometheus.Registry, clients func() int) *metrics {
 	m.reloadOK = reloads.WithLabelValues(resultOK)
 	m.reloadFailed = reloads.WithLabelValues(resultError)
 	reg.MustRegister(
-		m.commands, m.commandSeconds, m.rejectedClients, m.tlsHandshakeFailures,
+		m.commands, m.commandSeconds, rejected, evicted, m.authFailures, m.tlsHandshakeFailures,
 		m.upstreamRequests, m.upstreamErrors, m.upstreamTimeouts, m.upstreamSeconds,
 		redirects, reloads,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "hotkeyproxy_connected_clients",
 			Help: "Clients connected now.",
 		}, func() float64 { return float64(clients()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "hotkeyproxy_client_memory_bytes",
+			Help: "Memory the connected clients hold, as limits.max_client_memory counts it: query buffers, replies not yet written, requests being relayed.",
+		}, func() float64 { return float64(clientMemory()) }),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

@@ -374,7 +374,7 @@ func TestCommandLabels(t *testing.T) {
 // BenchmarkSessionMetrics is the metrics' cost per command in a pipeline
 // of 16 GETs: queue on handle, count on write.
 func BenchmarkSessionMetrics(b *testing.B) {
-	m := newMetrics(prometheus.NewRegistry(), func() int { return 0 })
+	m := newMetrics(prometheus.NewRegistry(), func() int { return 0 }, func() int64 { return 0 })
 	var out []byte
 	for range 16 {
 		out = redcon.AppendBulk(out, []byte("value-of-some-key"))

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,11 +46,14 @@ type Server struct {
 	ready       readiness      // Ready's last answer
 	httpServers []*http.Server // ServeMetrics's; guarded by mu
 
-	mu       sync.Mutex   // guards ln, tlsLn, sessions and httpServers
+	mu       sync.Mutex   // guards ln, tlsLn, sessions, perIP and httpServers
 	ln       net.Listener // Serve's
 	tlsLn    net.Listener // ServeTLS's
 	sessions map[*session]struct{}
-	wg       sync.WaitGroup // one per running session
+	perIP    map[netip.Addr]int // sessions by the client's IP address
+	wg       sync.WaitGroup     // one per running session
+
+	clientMem clientMemory // what the sessions hold, for limits.max_client_memory
 }
 
 // New returns a server for cfg, which must have passed cfg.Validate. A
@@ -58,9 +62,9 @@ type Server struct {
 // Either way the proxy starts while Redis is still down and recovers when
 // it is back.
 func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
-	s := &Server{cfg: cfg, log: log, sessions: make(map[*session]struct{}), stop: make(chan struct{})}
+	s := &Server{cfg: cfg, log: log, sessions: make(map[*session]struct{}), perIP: make(map[netip.Addr]int), stop: make(chan struct{})}
 	s.live.Store(cfg)
-	s.m = newMetrics(prometheus.NewRegistry(), s.Clients)
+	s.m = newMetrics(prometheus.NewRegistry(), s.Clients, s.clientMem.total.Load)
 	var err error
 	if cfg.TLS.Listen != "" {
 		conf, err := cfg.TLS.ServerConfig()
@@ -181,43 +185,69 @@ func (s *Server) accept(nc net.Conn, overTLS bool) {
 		tc.SetNoDelay(true)
 		tc.SetKeepAlive(true)
 	}
+	ip := remoteIP(nc)
 	cfg := s.config()
+	limits := &cfg.Limits
 	s.mu.Lock()
-	if s.closing.Load() || len(s.sessions) >= cfg.Limits.MaxClients {
-		full := !s.closing.Load()
-		s.mu.Unlock()
-		if full {
-			s.m.rejectedClients.Inc()
-			if !overTLS { // a TLS client would read the words as a broken handshake
-				nc.Write([]byte("-" + rediserr.MaxClients + "\r\n"))
-			}
+	var refusal string
+	switch {
+	case s.closing.Load():
+	case len(s.sessions) >= limits.MaxClients:
+		refusal = rediserr.MaxClients
+		s.m.rejectedClients.Inc()
+	case limits.MaxClientsPerIP > 0 && s.perIP[ip] >= limits.MaxClientsPerIP:
+		refusal = msgMaxClientsPerIP
+		s.m.rejectedPerIP.Inc()
+	default:
+		w := newClientWriter(nc, int(limits.QueryBuffer))
+		if overTLS {
+			// Set before the session is listed, so that Shutdown's deadline,
+			// which wakes listed sessions, comes after it and wins.
+			nc.SetDeadline(time.Now().Add(cfg.TLS.HandshakeTimeout.Duration()))
+			nc = w.wrapTLS(s.tlsBase)
 		}
-		nc.Close()
+		sess := newSession(s, nc, w, s.nextID.Add(1))
+		s.sessions[sess] = struct{}{}
+		s.perIP[ip]++
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.wg.Done()
+			defer s.removeSession(sess, ip)
+			if overTLS && !sess.handshake() {
+				return
+			}
+			sess.serve()
+		}()
 		return
 	}
-	w := newClientWriter(nc, int(cfg.Limits.QueryBuffer))
-	if overTLS {
-		// Set before the session is listed, so that Shutdown's deadline,
-		// which wakes listed sessions, comes after it and wins.
-		nc.SetDeadline(time.Now().Add(cfg.TLS.HandshakeTimeout.Duration()))
-		nc = w.wrapTLS(s.tlsBase)
-	}
-	sess := newSession(s, nc, w, s.nextID.Add(1))
-	s.sessions[sess] = struct{}{}
-	s.wg.Add(1)
 	s.mu.Unlock()
-	go func() {
-		defer s.wg.Done()
-		defer func() {
-			s.mu.Lock()
-			delete(s.sessions, sess)
-			s.mu.Unlock()
-		}()
-		if overTLS && !sess.handshake() {
-			return
-		}
-		sess.serve()
-	}()
+	if refusal != "" && !overTLS { // a TLS client would read the words as a broken handshake
+		nc.Write([]byte("-" + refusal + "\r\n"))
+	}
+	nc.Close()
+}
+
+// msgMaxClientsPerIP refuses a client past limits.max_clients_per_ip; Redis
+// has no such limit, so no text of its own.
+const msgMaxClientsPerIP = "ERR hotkeyproxy: max number of clients per IP address reached"
+
+// remoteIP is the client's IP address, the key of limits.max_clients_per_ip;
+// the zero Addr when nc is not an IP connection.
+func remoteIP(nc net.Conn) netip.Addr {
+	if ta, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
+		return ta.AddrPort().Addr().Unmap()
+	}
+	return netip.Addr{}
+}
+
+func (s *Server) removeSession(sess *session, ip netip.Addr) {
+	s.mu.Lock()
+	delete(s.sessions, sess)
+	if s.perIP[ip]--; s.perIP[ip] <= 0 {
+		delete(s.perIP, ip)
+	}
+	s.mu.Unlock()
 }
 
 // Addr is the address the server listens on, or nil before Serve.

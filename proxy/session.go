@@ -19,12 +19,25 @@ import (
 const msgConfigHidden = "ERR CONFIG GET is not supported by hotkeyproxy inside MULTI or after SUBSCRIBE when it has an upstream password"
 
 // Flush thresholds: a long pipeline is sent upstream, and its replies
-// written to the client, in pieces of about this size.
+// written to the client, in pieces of about this size. A batch is also cut
+// at as many commands as the last one's replies suggest fill
+// maxPendingOut, so that big replies (GET of a 1 MiB value) are not
+// gathered 512 at a time before the client gets the first: a session's
+// first batch holds at most firstBatchCommands, and the limit grows to
+// batchGrowth times what a batch held while the replies stay small.
 const (
-	maxBatchCommands = 512
-	maxBatchBytes    = 256 << 10
-	maxPendingOut    = 256 << 10
+	maxBatchCommands   = 512
+	firstBatchCommands = 128
+	batchGrowth        = 4
+	maxBatchBytes      = 256 << 10
+	maxPendingOut      = 256 << 10
 )
+
+// stallGrace is how long a client over limits.max_pending_output may read
+// nothing before the session reads its commands on regardless: such a
+// client may be writing a whole pipeline before it reads any reply, and
+// Redis serves those (the query buffer limit then bounds its replies).
+const stallGrace = time.Second
 
 // session is one client connection. Its goroutine reads a pipeline of
 // commands, relays them upstream as one batch, and writes the replies back
@@ -45,6 +58,19 @@ type session struct {
 	own    *ownConn       // the client's own connection, once it needed one
 	quit   bool           // close once out is written
 	tx     txState
+
+	// batchMax is how many commands the next batch may hold: fewer than
+	// maxBatchCommands when the last one's replies were big.
+	batchMax int
+
+	// Backpressure: past pendingMax bytes of replies waiting for the
+	// client (0: never), its next commands wait; unbounded is set once
+	// the client read nothing for stallGrace, until it catches up.
+	pendingMax int
+	unbounded  bool
+
+	mem    memAccount // what the session holds, for limits.max_client_memory
+	memOwn int64      // the part account counted: the buffers the session holds itself
 
 	// ownNC is own's connection for abort, which runs on another goroutine.
 	ownMu sync.Mutex
@@ -75,15 +101,21 @@ type session struct {
 // newSession is the session of the client on nc, whose replies w writes
 // (w.tls is nc over TLS).
 func newSession(srv *Server, nc net.Conn, w *clientWriter, id uint64) *session {
+	limits := &srv.config().Limits
 	s := &session{
-		srv:    srv,
-		nc:     nc,
-		id:     id,
-		rd:     resp.NewCommandReader(nc, int(srv.config().Limits.QueryBuffer), int64(srv.config().Limits.MaxBulk)),
-		authed: srv.config().Password == "",
+		srv:        srv,
+		nc:         nc,
+		id:         id,
+		rd:         resp.NewCommandReader(nc, int(limits.QueryBuffer), int64(limits.MaxBulk)),
+		authed:     srv.config().Password == "",
+		batchMax:   firstBatchCommands,
+		pendingMax: int(limits.MaxPendingOutput),
+		mem:        memAccount{srv: srv},
 	}
 	s.rd.SetAuthRequired(!s.authed)
+	s.rd.SetGrowHook(s.account)
 	s.w = w
+	w.mem = &s.mem
 	s.b.DoneCh = make(chan struct{}, 1)
 	s.tx.slot = -1
 	s.cs.RoundTrip = upstream.NewRoundTrip(srv.up.Cluster, id)
@@ -102,6 +134,10 @@ func (s *session) serve() {
 		if s.srv.closing.Load() {
 			return
 		}
+		if s.rd.Buffered() == 0 && cap(s.out) > maxPendingOut {
+			s.out = nil // about to wait for the client: keep no big buffer meanwhile
+			s.account()
+		}
 		cmds, err := s.rd.ReadCommands()
 		for i := range cmds {
 			if s.handle(&cmds[i]); s.quit {
@@ -118,6 +154,7 @@ func (s *session) serve() {
 			case errors.Is(err, resp.ErrQueryBufferExceeded):
 				s.srv.log.Warn("closing client that reached the query buffer limit",
 					"client", s.nc.RemoteAddr().String(), "limit", s.srv.config().Limits.QueryBuffer.String())
+				s.srv.m.evicted[evictQuery].Inc()
 				s.out = redcon.AppendError(s.out, rediserr.QueryBuffer)
 			default:
 				return
@@ -128,6 +165,23 @@ func (s *session) serve() {
 		if !s.write() || s.quit {
 			return
 		}
+		s.backpressure()
+	}
+}
+
+// backpressure holds the session, before it reads more commands, while
+// more than pendingMax bytes of replies wait for the client, as long as
+// the client keeps reading them.
+func (s *session) backpressure() {
+	if s.pendingMax == 0 || s.streaming {
+		return
+	}
+	if s.w.pending() <= s.pendingMax {
+		s.unbounded = false
+		return
+	}
+	if !s.unbounded && s.w.waitBelow(s.pendingMax, stallGrace, s.srv.stop) {
+		s.unbounded = true
 	}
 }
 
@@ -166,6 +220,8 @@ func (s *session) close() {
 	if s.relayDone != nil {
 		<-s.relayDone
 	}
+	s.mem.add(-s.memOwn) // the writer gives back its own when it ends
+	s.memOwn = 0
 }
 
 // reply appends a locally made reply after every reply before it.
@@ -193,12 +249,14 @@ func (s *session) write() bool {
 	if errors.Is(err, errOutputLimit) {
 		s.srv.log.Warn("closing client that does not read its replies",
 			"client", s.nc.RemoteAddr().String(), "limit", s.srv.config().Limits.QueryBuffer.String())
+		s.srv.m.evicted[evictOutput].Inc()
 	}
-	if cap(s.out) > 4*maxPendingOut {
+	if cap(s.out) > keepMax {
 		s.out = nil // a big reply once should not pin memory for good
 	} else {
 		s.out = s.out[:0]
 	}
+	s.account()
 	return err == nil
 }
 
@@ -274,17 +332,44 @@ func (s *session) dispatch(cmd *resp.Command, c *command) {
 
 // forward queues cmd for the client's own or shared connection.
 func (s *session) forward(cmd *resp.Command) {
+	if len(cmd.Raw) >= maxBatchBytes && !s.streaming && !s.pinned() {
+		s.forwardBig(cmd.Raw)
+		return
+	}
 	if cmd.Raw != nil {
 		s.b.Req = append(s.b.Req, cmd.Raw...)
 	} else {
 		s.b.Req = resp.AppendCommand(s.b.Req, cmd.Args...)
 	}
 	s.b.N++
-	if s.b.N >= maxBatchCommands || len(s.b.Req) >= maxBatchBytes {
-		s.flush()
-		if len(s.out) >= maxPendingOut && !s.write() {
+	if s.b.N >= s.batchMax || len(s.b.Req) >= maxBatchBytes {
+		s.flushFull()
+	}
+}
+
+// forwardBig sends a big request on its own, from the client's read
+// buffer, where it stays valid until the next read: copied into the batch,
+// it would be held twice.
+func (s *session) forwardBig(raw []byte) {
+	s.flush()
+	req := s.b.Req
+	s.b.Req, s.b.N = raw, 1
+	s.flush()
+	s.b.Req = req
+	s.account() // the batch's buffer is its own again, not the read buffer
+	s.flushFull()
+}
+
+// flushFull sends the batch, which has grown big, and writes the replies
+// when they have too; then waits while the client has too many unread.
+func (s *session) flushFull() {
+	s.flush()
+	if len(s.out) >= maxPendingOut {
+		if !s.write() {
 			s.quit = true
+			return
 		}
+		s.backpressure()
 	}
 }
 
@@ -329,7 +414,13 @@ func (s *session) sendBatch(block *resp.Command) {
 		return
 	}
 	n := b.N
-	defer func() { b.Req, b.N = b.Req[:0], 0 }()
+	defer func() {
+		b.Req, b.N = b.Req[:0], 0
+		if cap(b.Req) > 4*maxBatchBytes {
+			b.Req = nil // an inline command of megabytes once should not pin them
+		}
+		s.account()
+	}()
 	switch {
 	case s.streaming:
 		if _, err := s.own.nc.Write(b.Req); err != nil {
@@ -338,14 +429,18 @@ func (s *session) sendBatch(block *resp.Command) {
 	case s.pinned():
 		s.ownRoundTrip(block)
 	default:
-		b.Out, b.OKLen, b.Done, b.Err = s.out, len(s.out), 0, nil
+		from := len(s.out)
+		b.Out, b.OKLen, b.Done, b.Err = s.out, from, 0, nil
 		s.srv.up.Pool.Send(&s.shared, s.db, s.id, b)
 		<-b.DoneCh
 		s.out, b.Out = b.Out, nil
 		if b.Err != nil {
 			s.out = s.out[:b.OKLen]
 			s.failBatch(b.Done, n, b.Err)
+			return
 		}
+		fit := maxPendingOut * n / max(len(s.out)-from, 1)
+		s.batchMax = min(max(fit, 1), max(batchGrowth*n, s.batchMax), maxBatchCommands)
 	}
 }
 

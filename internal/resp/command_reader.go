@@ -57,7 +57,8 @@ type CommandReader struct {
 	maxQuery     int
 	maxBulk      int64
 	authRequired bool
-	err          error // sticky: once set, every call returns it
+	err          error  // sticky: once set, every call returns it
+	grew         func() // called when buf was made anew; see SetGrowHook
 
 	// A multibulk frame not yet complete, so a big value arriving in many
 	// reads is not parsed again from its start each time. Offsets are
@@ -87,6 +88,20 @@ func (r *CommandReader) SetAuthRequired(v bool) { r.authRequired = v }
 // Buffered reports how many bytes have been read but not yet parsed.
 func (r *CommandReader) Buffered() int { return r.end - r.start }
 
+// Size reports the bytes the reader's buffer holds, used or not.
+func (r *CommandReader) Size() int { return len(r.buf) }
+
+// SetGrowHook sets f to be called whenever the buffer is made anew (grown,
+// or given back when idle), so that a caller accounting memory sees a big
+// request while it is still arriving, before ReadCommands returns.
+func (r *CommandReader) SetGrowHook(f func()) { r.grew = f }
+
+func (r *CommandReader) resized() {
+	if r.grew != nil {
+		r.grew()
+	}
+}
+
 // Feed appends bytes read from the client by someone else (while the session
 // waited on a blocking command) as if the reader had read them. Commands
 // already returned stay valid: their bytes are never moved.
@@ -96,6 +111,7 @@ func (r *CommandReader) Feed(p []byte) {
 		buf := make([]byte, max(used+len(p), 2*len(r.buf), minReadSize))
 		copy(buf, r.buf[r.start:r.end])
 		r.buf, r.start, r.end = buf, 0, used
+		r.resized()
 	}
 	r.end += copy(r.buf[r.end:], p)
 }
@@ -122,6 +138,7 @@ func (r *CommandReader) ReadCommands() ([]Command, error) {
 		}
 		if r.start == r.end && len(r.buf) > maxReadSize {
 			r.buf, r.start, r.end = nil, 0, 0 // idle: give a grown buffer back
+			r.resized()
 		}
 		r.compact(r.readSize())
 		n, err := r.rd.Read(r.buf[r.end:])
@@ -166,6 +183,7 @@ func (r *CommandReader) compact(n int) {
 		buf := make([]byte, max(used+n, 2*len(r.buf), minReadSize))
 		copy(buf, r.buf[r.start:r.end])
 		r.buf = buf
+		defer r.resized()
 	}
 	r.start, r.end = 0, used
 }

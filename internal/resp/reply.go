@@ -74,12 +74,21 @@ func readLine(r *bufio.Reader, dst []byte) ([]byte, error) {
 	return dst, nil
 }
 
+// bigReplies is where readFull's buffer starts to double.
+const bigReplies = 1 << 20
+
 // readFull appends n bytes from r. Room grows with what arrives, not with
 // the announced length, so a bad length cannot allocate gigabytes.
 func readFull(r *bufio.Reader, dst []byte, n int) ([]byte, error) {
 	for n > 0 {
 		if len(dst) == cap(dst) {
-			dst = slices.Grow(dst, min(n, max(len(dst), 4096)))
+			room := min(n, max(len(dst), 4096))
+			if len(dst) >= bigReplies {
+				// Replies gathered by the MiB (a pipeline of big GETs):
+				// double, or each one would copy all before it again.
+				room = max(room, len(dst))
+			}
+			dst = slices.Grow(dst, room)
 		}
 		m, err := r.Read(dst[len(dst):min(cap(dst), len(dst)+n)])
 		dst = dst[:len(dst)+m]
