@@ -33,9 +33,9 @@ func (s *session) setOwn(own *ownConn) {
 	s.own = own
 	s.ownMu.Lock()
 	defer s.ownMu.Unlock()
-	s.ownNC = nil
+	s.ownNC, s.ownPool = nil, nil
 	if own != nil {
-		s.ownNC = own.nc
+		s.ownNC, s.ownPool = own.nc, own.pool
 	}
 }
 
@@ -63,6 +63,10 @@ func (s *session) ownRoundTrip(block *resp.Command) {
 	var stop func() (clientGone bool)
 	if block != nil {
 		stop = s.watchClient()
+		if !s.tx.open {
+			s.setBlocked(true)
+			defer s.setBlocked(false)
+		}
 	}
 	okLen, done := len(s.out), 0
 	var err error
@@ -70,6 +74,9 @@ func (s *session) ownRoundTrip(block *resp.Command) {
 		if s.out, err = resp.ReadReply(s.own.br, s.out); err != nil {
 			err = s.ownTimeout(err, limit)
 			break
+		}
+		if s.tx.open && string(s.out[okLen:]) == "+QUEUED\r\n" {
+			s.tx.queued++
 		}
 		okLen = len(s.out)
 	}
