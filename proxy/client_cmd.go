@@ -20,7 +20,7 @@ const (
 	msgUnblockReason  = "ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR"
 	msgMaxAge         = "ERR maxage is not an integer or out of range"
 	msgMaxAgePositive = "ERR maxage should be greater than 0"
-	msgNoRedirTarget  = "ERR The client ID you want redirect to does not exist"
+	msgCachingOff     = "ERR CLIENT CACHING can be called only when the client is in tracking mode with OPTIN or OPTOUT mode enabled"
 	// msgRedirUnsubscribed: Redis sends a RESP2 client's invalidations to
 	// another connection, which through the proxy must be the target's own:
 	// it has one once it subscribed (to __redis__:invalidate).
@@ -60,7 +60,7 @@ func (s *session) clientAbout(args [][]byte, sub string) {
 		s.replyError(rediserr.UnknownSubcommand(string(args[1]), "CLIENT"))
 		return
 	case n != 2 && (sub == "id" || sub == "info" || sub == "getredir" || sub == "trackinginfo"),
-		n != 3 && (sub == "reply" || sub == "no-evict"),
+		n != 3 && (sub == "reply" || sub == "no-evict" || sub == "caching"),
 		n < 3 && (sub == "kill" || sub == "unblock"):
 		s.replyError(rediserr.WrongArity("client|" + sub))
 		return
@@ -91,6 +91,8 @@ func (s *session) clientAbout(args [][]byte, sub string) {
 		default:
 			s.replyError(rediserr.Syntax)
 		}
+	case "caching":
+		s.replyError(msgCachingOff) // tracking, the client has its own connection
 	case "getredir":
 		redir := int64(-1)
 		if s.track.on {

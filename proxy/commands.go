@@ -152,7 +152,8 @@ var commandTable = map[string]*command{
 		"no-evict": &aboutClients, "no-touch": &aboutClients,
 		// Tracking is per connection: the client's own (see tracking).
 		"tracking": {route: routeLocal, noMulti: true},
-		"caching":  &ownOnlyCmd,
+		// Redis's refusal when not tracking, else on the own connection.
+		"caching": {route: routeLocal, upstreamWhen: whenPinned},
 	}},
 	"config": {subs: map[string]*command{
 		// The reply is masked: the upstream password must not show.

@@ -18,7 +18,7 @@ func TestLookup(t *testing.T) {
 		{"CLIENT ID", routeLocal, byKeys, "client"},
 		{"client list", routeLocal, byKeys, "client"},
 		{"client Tracking on", routeLocal, byKeys, "client"},
-		{"client caching yes", routeOwn, refusedInCluster, "client"},
+		{"client caching yes", routeLocal, byKeys, "client"},
 		{"client reply off", routeLocal, byKeys, "client"},
 		{"config get maxmemory", routeLocal, byKeys, "config"},
 		{"config set maxmemory 1", routeShared, byKeys, "config"},
