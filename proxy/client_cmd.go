@@ -205,7 +205,7 @@ func (s *session) clientKill(args [][]byte) {
 		if sess == s {
 			self = true
 		} else {
-			sess.abort()
+			sess.kill()
 		}
 	}
 	switch {
@@ -217,6 +217,13 @@ func (s *session) clientKill(args [][]byte) {
 		s.reply([]byte("+OK\r\n"))
 	}
 	s.quit = s.quit || self
+}
+
+// kill closes the client and its own upstream connection, from another
+// session: it leaves the list of clients at once.
+func (s *session) kill() {
+	s.killed.Store(true)
+	s.abort()
 }
 
 // killFilter parses CLIENT KILL's arguments, or answers why it cannot.

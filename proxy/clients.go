@@ -213,24 +213,28 @@ func (c *clientShown) appendFlags(b []byte, unix bool) []byte {
 	return b
 }
 
-// sessionsByID is every session, by id: the order of CLIENT LIST.
+// sessionsByID is every session, by id: the order of CLIENT LIST. A
+// session killed is gone from it at once, as from Redis's list, though its
+// goroutine may not have ended yet.
 func (srv *Server) sessionsByID() []*session {
 	srv.mu.Lock()
 	list := make([]*session, 0, len(srv.sessions))
 	for sess := range srv.sessions {
-		list = append(list, sess)
+		if !sess.killed.Load() {
+			list = append(list, sess)
+		}
 	}
 	srv.mu.Unlock()
 	slices.SortFunc(list, func(a, b *session) int { return cmpUint(a.id, b.id) })
 	return list
 }
 
-// session is the session with the proxy id id, or nil.
+// session is the session with the proxy id id, or nil (killed ones too).
 func (srv *Server) session(id uint64) *session {
 	srv.mu.Lock()
 	defer srv.mu.Unlock()
 	for sess := range srv.sessions {
-		if sess.id == id {
+		if sess.id == id && !sess.killed.Load() {
 			return sess
 		}
 	}

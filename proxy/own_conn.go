@@ -56,6 +56,12 @@ func (s *session) ownRoundTrip(block *resp.Command) {
 		deadline = time.Now().Add(limit)
 	}
 	s.own.nc.SetDeadline(deadline)
+	if block != nil && !s.tx.open {
+		// Before the write: once Redis blocks it, CLIENT UNBLOCK must
+		// find it blocked.
+		s.setBlocked(true)
+		defer s.setBlocked(false)
+	}
 	if _, err := s.own.nc.Write(b.Req); err != nil {
 		s.failBatch(0, b.N, s.ownTimeout(err, limit))
 		return
@@ -63,10 +69,6 @@ func (s *session) ownRoundTrip(block *resp.Command) {
 	var stop func() (clientGone bool)
 	if block != nil {
 		stop = s.watchClient()
-		if !s.tx.open {
-			s.setBlocked(true)
-			defer s.setBlocked(false)
-		}
 	}
 	okLen, done := len(s.out), 0
 	var err error

@@ -56,9 +56,10 @@ type session struct {
 	// What CLIENT LIST shows (clients.go): info is published from these
 	// and the fields above, which only the session's goroutine touches.
 	info       *clientInfo
-	lastCmd    string // the last command, as Redis names it
-	lastIO     int64  // unix seconds of the last read of commands
-	monitoring bool   // MONITOR was sent
+	lastCmd    string      // the last command, as Redis names it
+	lastIO     int64       // unix seconds of the last read of commands
+	monitoring bool        // MONITOR was sent
+	killed     atomic.Bool // by CLIENT KILL: no more in CLIENT LIST
 	replies    replyMode
 	muted      bool     // the command being handled replies to nobody
 	track      tracking // CLIENT TRACKING as Redis took it
@@ -463,6 +464,7 @@ func (s *session) sendBatch(block *resp.Command) {
 	}()
 	switch {
 	case s.streaming:
+		s.publish() // what the client is now shows before Redis's reply can
 		if _, err := s.own.nc.Write(b.Req); err != nil {
 			s.quit = true
 		}
