@@ -50,6 +50,12 @@ func clientLines(t *testing.T, reply string) (lines []map[string]string, order [
 	return lines, order
 }
 
+// clientID is what CLIENT ID says on c.
+func clientID(c *rawConn) string {
+	c.t.Helper()
+	return strings.TrimSuffix(strings.TrimPrefix(c.do("CLIENT", "ID"), ":"), "\r\n")
+}
+
 // byName is the line of the client named name.
 func byName(t *testing.T, lines []map[string]string, name string) map[string]string {
 	t.Helper()
@@ -177,8 +183,7 @@ func TestClientKill(t *testing.T) {
 		dial := func(name string) (*rawConn, string) {
 			c := dialRaw(t, addr)
 			c.do("CLIENT", "SETNAME", name)
-			id := strings.TrimSuffix(strings.TrimPrefix(c.do("CLIENT", "ID"), ":"), "\r\n")
-			return c, id
+			return c, clientID(c)
 		}
 		killed := func(c *rawConn, how string) {
 			t.Helper()
@@ -218,7 +223,7 @@ func TestClientKill(t *testing.T) {
 		// MAXAGE (Redis 7.4's): the clients connected for that long; age
 		// counts whole seconds, so wait until CLIENT LIST shows 1.
 		for {
-			lines, _ := clientLines(t, killer.do("CLIENT", "LIST", "ID", strings.TrimSuffix(normal.do("CLIENT", "ID")[1:], "\r\n")))
+			lines, _ := clientLines(t, killer.do("CLIENT", "LIST", "ID", clientID(normal)))
 			if lines[0]["age"] != "0" {
 				break
 			}
@@ -256,7 +261,7 @@ func TestClientUnblock(t *testing.T) {
 			{"ERROR", "-UNBLOCKED client unblocked via CLIENT UNBLOCK\r\n"},
 		} {
 			b := dialRaw(t, addr)
-			id := strings.TrimSuffix(b.do("CLIENT", "ID")[1:], "\r\n")
+			id := clientID(b)
 			if r := ctl.do("CLIENT", "UNBLOCK", id); r != ":0\r\n" {
 				t.Errorf("CLIENT UNBLOCK of a client not blocked: %q", r)
 			}
@@ -320,7 +325,7 @@ func TestClientTracking(t *testing.T) {
 // CLIENT ID says there.
 func trackingSession(t *testing.T, addr string) {
 	inv := dialRaw(t, addr)
-	invID := strings.TrimSuffix(inv.do("CLIENT", "ID")[1:], "\r\n")
+	invID := clientID(inv)
 	inv.do("SUBSCRIBE", "__redis__:invalidate")
 	w := dialRaw(t, addr)
 	next := func(want string) {

@@ -116,6 +116,13 @@ func (s *session) publish() {
 	ci.monitor = s.streaming && s.cs.monitor || s.monitoring
 }
 
+// noEvicting reports whether the client sent CLIENT NO-EVICT ON.
+func (ci *clientInfo) noEvicting() bool {
+	ci.mu.Lock()
+	defer ci.mu.Unlock()
+	return ci.noEvict
+}
+
 // clientType is a client's type for CLIENT LIST TYPE and CLIENT KILL TYPE:
 // pubsub while it has a subscription, else normal (a MONITOR client too,
 // as Redis shows it).

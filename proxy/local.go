@@ -80,7 +80,7 @@ func (s *session) resetState() {
 	s.db, s.name, s.shared = 0, nil, nil
 	s.monitoring, s.replies, s.track = false, replyOn, tracking{}
 	s.info.mu.Lock()
-	s.info.noEvict, s.info.tracking, s.info.sub, s.info.psub, s.info.ssub = false, false, 0, 0, 0
+	s.info.tracking, s.info.sub, s.info.psub, s.info.ssub = false, 0, 0, 0 // NO-EVICT stays, as in Redis
 	s.info.mu.Unlock()
 	s.authed = s.srv.config().Password == ""
 	s.rd.SetAuthRequired(!s.authed)
