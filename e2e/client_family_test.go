@@ -249,6 +249,24 @@ func TestClientKill(t *testing.T) {
 	})
 }
 
+// TestClientInMulti: inside MULTI, the CLIENT subcommands the proxy
+// answers about its own clients are refused and EXEC aborts, rather than
+// queued for Redis to answer about its connections; the proxy's replies
+// come back after.
+func TestClientInMulti(t *testing.T) {
+	clientModes(t, func(t *testing.T, addr, _ string, _ []string) {
+		c := dialRaw(t, addr)
+		id := clientID(c)
+		c.send([]byte(corpusCmd("MULTI") + corpusCmd("CLIENT", "ID") + corpusCmd("CLIENT", "REPLY", "OFF") + corpusCmd("EXEC") + corpusCmd("CLIENT", "ID")))
+		want := "+OK\r\n-ERR CLIENT ID is not allowed inside MULTI through hotkeyproxy\r\n" +
+			"-ERR CLIENT REPLY is not allowed inside MULTI through hotkeyproxy\r\n" +
+			"-EXECABORT Transaction discarded because of previous errors.\r\n:" + id + "\r\n"
+		if got := c.readReplies(5); got != want {
+			t.Errorf("got  %q\nwant %q", got, want)
+		}
+	})
+}
+
 // TestClientUnblock: CLIENT UNBLOCK through the proxy ends the BLPOP a
 // client of the proxy waits in: with a nil reply (TIMEOUT) or Redis's
 // UNBLOCKED error; a client not blocked gets :0.

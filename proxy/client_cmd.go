@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"cmp"
 	"strconv"
 	"strings"
 	"time"
@@ -171,13 +172,12 @@ func (ci *clientInfo) typeOf() string {
 }
 
 // killFilter is what CLIENT KILL matches clients by; the zero value of a
-// field matches every client.
+// field (nil for a string) matches every client.
 type killFilter struct {
 	id          uint64
-	addr, laddr string
+	addr, laddr *string
 	typ         string
-	user        string
-	userSet     bool
+	user        *string
 	maxAge      int64
 	skipMe      bool
 }
@@ -229,7 +229,8 @@ func (s *session) kill() {
 // killFilter parses CLIENT KILL's arguments, or answers why it cannot.
 func (s *session) killFilter(args [][]byte) (f killFilter, ok bool) {
 	if len(args) == 3 {
-		return killFilter{addr: string(args[2])}, true
+		addr := string(args[2])
+		return killFilter{addr: &addr}, true
 	}
 	f.skipMe = true
 	for i := 2; i < len(args); i += 2 {
@@ -265,15 +266,15 @@ func (s *session) killFilter(args [][]byte) (f killFilter, ok bool) {
 			}
 			f.typ = t
 		case "addr":
-			f.addr = string(v)
+			f.addr = new(string(v))
 		case "laddr":
-			f.laddr = string(v)
+			f.laddr = new(string(v))
 		case "user":
 			if !s.userExists(v) {
 				s.replyError("ERR No such user '" + string(v) + "'")
 				return f, false
 			}
-			f.user, f.userSet = string(v), true
+			f.user = new(string(v))
 		case "skipme":
 			switch strings.ToLower(string(v)) {
 			case "yes":
@@ -298,22 +299,15 @@ func (f *killFilter) matches(sess *session, now int64) bool {
 	ci.mu.Lock()
 	defer ci.mu.Unlock()
 	switch {
-	case f.addr != "" && ci.addr != f.addr,
-		f.laddr != "" && ci.laddr != f.laddr,
+	case f.addr != nil && ci.addr != *f.addr,
+		f.laddr != nil && ci.laddr != *f.laddr,
 		f.typ != "" && ci.clientType() != f.typ,
 		f.id != 0 && sess.id != f.id,
-		f.userSet && cmpOrDefault(ci.user) != f.user,
+		f.user != nil && cmp.Or(ci.user, "default") != *f.user,
 		f.maxAge != 0 && now-ci.created < f.maxAge:
 		return false
 	}
 	return true
-}
-
-func cmpOrDefault(user string) string {
-	if user == "" {
-		return "default"
-	}
-	return user
 }
 
 // userExists reports whether Redis knows the ACL user name: default, a
