@@ -86,8 +86,10 @@ func clientStates(t *testing.T, addr, q string, track bool) (lister *rawConn) {
 	sub.send([]byte(corpusCmd("SUBSCRIBE", "c1", "c2") + corpusCmd("PSUBSCRIBE", "p*")))
 	sub.readReplies(3)
 	tx := named("tx")
-	tx.send([]byte(corpusCmd("MULTI") + corpusCmd("SET", q+"x", "1") + corpusCmd("GET", q+"x")))
-	tx.readReplies(3)
+	// PING first: in cluster mode the transaction moves to the key's node
+	// with what it queued so far.
+	tx.send([]byte(corpusCmd("MULTI") + corpusCmd("PING") + corpusCmd("SET", q+"x", "1") + corpusCmd("GET", q+"x")))
+	tx.readReplies(4)
 	named("blocked").send([]byte(corpusCmd("BLPOP", q, "0")))
 	mon := named("monitor")
 	mon.do("MONITOR")

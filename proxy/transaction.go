@@ -247,6 +247,7 @@ func (s *session) moveTx(n *upstream.Node) bool {
 		s.quit = true // the transaction is lost: close, as Redis would
 		return false
 	}
+	s.tx.queued = 0 // the replay queues them again
 	s.b.Req, s.b.N = append(s.b.Req, s.tx.replay...), s.tx.replayN
 	s.flush()
 	ok := bytes.HasPrefix(s.out[mark:], []byte("+OK\r\n"))
