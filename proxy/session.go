@@ -298,6 +298,10 @@ func (s *session) handle(cmd *resp.Command) {
 		}
 		s.forward(cmd)
 	case routeOwn:
+		if c.cluster == killAll && s.own == nil {
+			s.reply(killOn(s.srv.up.Pool, rawOf(cmd)))
+			return
+		}
 		if s.own == nil && !s.pin(s.srv.up.Pool) {
 			return
 		}
