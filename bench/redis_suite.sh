@@ -26,7 +26,8 @@
 #
 # Environment: DIRECT=1; SUITE_TIMEOUT (T, seconds, default 180); SUITE_OUT
 # (where the logs go, default a new directory under /tmp: one log per unit
-# and target, and lost.txt); HOTKEYPROXY_BIN (a built proxy).
+# and target, and lost.txt); HOTKEYPROXY_BIN (a built proxy); SUITE_REPORT=1
+# (run nothing: print the table of the logs in SUITE_OUT).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -49,7 +50,7 @@ TARGETS=(proxy)
 [[ ${DIRECT:-0} == 1 ]] && TARGETS=(direct proxy)
 
 bench_init
-bench_build_proxy
+[[ ${SUITE_REPORT:-0} == 1 ]] || bench_build_proxy
 
 # run_unit TARGET UNIT: one runtest of UNIT against a new redis-server,
 # directly or through a new proxy; the log goes to $OUT/TARGET/UNIT.log.
@@ -62,8 +63,11 @@ run_unit() {
 		bench_start_proxy "$REDIS_PORT"
 		port=$PROXY_PORT
 	fi
+	# The test server listens on the first free port of the 32 below
+	# --baseport: start at a free one, so that runs side by side do not
+	# collide.
 	(cd "$SRC" && ./runtest --host 127.0.0.1 --port "$port" --single "$unit" --durable \
-		--timeout "$TIMEOUT" </dev/null >"$log" 2>&1) || true
+		--timeout "$TIMEOUT" --baseport $(($(bench_free_port "$port") + 32)) </dev/null >"$log" 2>&1) || true
 	if [[ $target == proxy ]]; then
 		mv "$BENCH_TMP/hotkeyproxy.log" "${log%.log}.proxy.log"
 		bench_stop "$PROXY_PID"
@@ -87,6 +91,7 @@ passed() {
 }
 
 for unit in "${UNITS[@]}"; do
+	[[ ${SUITE_REPORT:-0} == 1 ]] && break
 	for target in "${TARGETS[@]}"; do
 		run_unit "$target" "$unit"
 		read -r ok err skip ab < <(counts "$OUT/$target/$unit.log")
@@ -98,13 +103,13 @@ done
 # aborted); with both targets, "lost" counts tests passed directly only.
 : >"$OUT/lost.txt"
 {
-	printf '%-34s' unit
+	printf '%-42s' unit
 	for target in "${TARGETS[@]}"; do printf ' %20s ' "$target pass/fail/skip"; done
 	((${#TARGETS[@]} == 2)) && printf ' %5s' lost
 	echo
 	declare -A sum
 	for unit in "${UNITS[@]}"; do
-		printf '%-34s' "$unit"
+		printf '%-42s' "$unit"
 		for target in "${TARGETS[@]}"; do
 			read -r ok err skip ab < <(counts "$OUT/$target/$unit.log")
 			printf ' %20s%s' "$ok/$err/$skip" "$( ((ab)) && echo '!' || echo ' ')"
@@ -120,7 +125,7 @@ done
 		fi
 		echo
 	done
-	printf '%-34s' total
+	printf '%-42s' total
 	for target in "${TARGETS[@]}"; do
 		printf ' %20s ' "${sum[$target.ok]:-0}/${sum[$target.err]:-0}/${sum[$target.skip]:-0}"
 	done
