@@ -295,7 +295,7 @@ func (s *session) killEverywhere(cmd *resp.Command) {
 	req := rawOf(cmd)
 	var first []byte
 	for _, n := range t.Masters {
-		reply := killOn(n.Pool, req)
+		reply := askAside(n.Pool, req)
 		if string(reply) == "+OK\r\n" {
 			s.reply(reply)
 			return
@@ -307,11 +307,12 @@ func (s *session) killEverywhere(cmd *resp.Command) {
 	s.reply(first)
 }
 
-// killOn sends req to p's node on a connection of its own in db 0, within
-// the dial timeout: a node running a script answers SCRIPT KILL at once,
-// where it refuses the SELECT that a connection of another db begins with
-// (-BUSY: only the commands Redis flags allow-busy run meanwhile).
-func killOn(p *upstream.Pool, req []byte) []byte {
+// askAside sends req to p's node on a connection of its own in db 0,
+// within the dial timeout, and returns the reply: a node running a script
+// answers SCRIPT KILL at once, where it refuses the SELECT that a
+// connection of another db begins with (-BUSY: only the commands Redis
+// flags allow-busy run meanwhile).
+func askAside(p *upstream.Pool, req []byte) []byte {
 	replies, err := p.Ask(req, 1)
 	if err != nil {
 		return redcon.AppendError(nil, upstream.ErrorText(err))

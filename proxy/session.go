@@ -277,6 +277,10 @@ func (s *session) handle(cmd *resp.Command) {
 	if s.srv.up.Cluster != nil && s.clusterHandle(cmd, c) {
 		return
 	}
+	if c.aside && s.own == nil && s.srv.up.Cluster == nil {
+		s.reply(askAside(s.srv.up.Pool, rawOf(cmd)))
+		return
+	}
 	switch c.route {
 	case routeLocal:
 		if s.upstreamOwns(c) {
@@ -298,10 +302,6 @@ func (s *session) handle(cmd *resp.Command) {
 		}
 		s.forward(cmd)
 	case routeOwn:
-		if c.cluster == killAll && s.own == nil {
-			s.reply(killOn(s.srv.up.Pool, rawOf(cmd)))
-			return
-		}
 		if s.own == nil && !s.pin(s.srv.up.Pool) {
 			return
 		}
