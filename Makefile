@@ -34,7 +34,7 @@ bench: deps
 	@command -v nutcracker >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nutcracker >/dev/null; }
 	./bench/passthrough.sh
 
-# Redis 7.0's own Tcl suite through the proxy (not in CI: ~15 minutes, more
+# Redis 7.0's own Tcl suite through the proxy (not in CI: 15 to 25 minutes, more
 # with DIRECT=1, which runs each unit against Redis directly too). SRC is a
 # Redis 7.0 source tree with its binaries; see bench/redis_suite.sh.
 redis-suite:
