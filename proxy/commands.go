@@ -44,6 +44,12 @@ type command struct {
 	script scriptArg
 	// flushesScripts: the bodies remembered for script are forgotten.
 	flushesScripts bool
+	// aside: Redis runs it while a script keeps it busy (allow-busy) and
+	// it acts on no db, so in standalone mode, from a client without a
+	// connection of its own, it goes on a db 0 connection of its own: a
+	// busy Redis refuses the SELECT that a new connection of another db
+	// begins with, and the shared ones wait behind the script.
+	aside bool
 
 	// hotPerKey: with a hot key among several keys, it is answered key by
 	// key and put together (MGET: the values; DEL, EXISTS…: the sum).
@@ -210,7 +216,7 @@ var commandTable = map[string]*command{
 		"load":   {cluster: everyMaster, merge: mergeAll, spans: true, script: bodyAt2},
 		"flush":  {cluster: everyMaster, merge: mergeAll, spans: true, flushesScripts: true},
 		"exists": {cluster: scriptExists, spans: true},
-		"kill":   {route: routeOwn, cluster: killAll},
+		"kill":   {route: routeOwn, cluster: killAll, aside: true},
 		"debug":  {route: routeRefuse},
 	}},
 	"function": {subs: map[string]*command{
@@ -218,7 +224,8 @@ var commandTable = map[string]*command{
 		"delete":  {cluster: everyMaster, merge: mergeAll, spans: true},
 		"flush":   {cluster: everyMaster, merge: mergeAll, spans: true},
 		"restore": {cluster: everyMaster, merge: mergeAll, spans: true},
-		"kill":    {route: routeOwn, cluster: killAll},
+		"kill":    {route: routeOwn, cluster: killAll, aside: true},
+		"stats":   {aside: true},
 	}},
 
 	"ping": {cluster: answerPing}, "echo": {cluster: answerEcho},

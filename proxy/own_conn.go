@@ -304,7 +304,7 @@ func (s *session) killEverywhere(cmd *resp.Command) {
 	req := rawOf(cmd)
 	var first []byte
 	for _, n := range t.Masters {
-		reply := killOn(n, req)
+		reply := askAside(n.Pool, req)
 		if string(reply) == "+OK\r\n" {
 			s.reply(reply)
 			return
@@ -316,10 +316,13 @@ func (s *session) killEverywhere(cmd *resp.Command) {
 	s.reply(first)
 }
 
-// killOn sends req to n on a connection of its own, within the dial
-// timeout: a node running a script answers SCRIPT KILL at once.
-func killOn(n *upstream.Node, req []byte) []byte {
-	replies, err := n.Pool.Ask(req, 1)
+// askAside sends req to p's node on a connection of its own in db 0,
+// within the dial timeout, and returns the reply: a node running a script
+// answers SCRIPT KILL at once, where it refuses the SELECT that a
+// connection of another db begins with (-BUSY: only the commands Redis
+// flags allow-busy run meanwhile).
+func askAside(p *upstream.Pool, req []byte) []byte {
+	replies, err := p.Ask(req, 1)
 	if err != nil {
 		return redcon.AppendError(nil, upstream.ErrorText(err))
 	}

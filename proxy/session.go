@@ -313,6 +313,10 @@ func (s *session) run(cmd *resp.Command, c *command, name []byte) {
 	if s.srv.up.Cluster != nil && s.clusterHandle(cmd, c) {
 		return
 	}
+	if c.aside && s.own == nil && s.srv.up.Cluster == nil {
+		s.reply(askAside(s.srv.up.Pool, rawOf(cmd)))
+		return
+	}
 	switch c.route {
 	case routeLocal:
 		if s.upstreamOwns(c) {
