@@ -37,6 +37,10 @@ func ErrorText(err error) string {
 	if errors.As(err, &re) {
 		return string(re)
 	}
+	var ae *AuthError
+	if errors.As(err, &ae) {
+		return ae.text()
+	}
 	var te *TimeoutError
 	if errors.As(err, &te) {
 		return "ERR upstream timeout: " + te.Error() + "; the command may have run"

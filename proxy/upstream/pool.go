@@ -81,6 +81,10 @@ type Pool struct {
 	probing atomic.Bool                   // a probe runs
 	probed  atomic.Pointer[chan struct{}] // closed at a probe's first answer; nil after it
 	refused atomic.Int64                  // monoNow when a DownError was last answered
+	// badAuth: the last dial found the proxy's credentials refused (an
+	// AuthError), so that is logged once, not once per dial.
+	badAuth atomic.Bool
+	verify  verifier
 	watch   watchdog
 	quit    chan struct{} // closed by close
 	watched []*Conn       // the watchdog's scratch
@@ -134,7 +138,9 @@ func (p *Pool) DialTimeout() time.Duration { return p.timeout }
 // Dial opens a connection of the caller's own to the node, authenticated
 // and in db. A failure to connect or authenticate is counted, and the
 // node going down (the first failure, or the first after a success) and
-// coming back are logged. Redis refusing SELECT is an answer, not a
+// coming back are logged; so is Redis refusing the proxy's own
+// credentials (an AuthError), once until a dial succeeds again, without
+// the node counting as down. Redis refusing SELECT is an answer, not a
 // failure: it comes back as a RedisError. While the node is probed or
 // down it waits or fails as Get does.
 func (p *Pool) Dial(db int) (net.Conn, *bufio.Reader, error) {
@@ -143,8 +149,18 @@ func (p *Pool) Dial(db int) (net.Conn, *bufio.Reader, error) {
 	}
 	nc, br, err := p.dialer.dial(db)
 	var refused RedisError
+	var badAuth *AuthError
 	switch {
+	case errors.As(err, &badAuth):
+		p.m.Errors.Inc()
+		if !badAuth.Login && !p.badAuth.Swap(true) {
+			p.log.Error("upstream refused the proxy's credentials: set upstream.username and upstream.password to an ACL user Redis accepts",
+				"node", p.addr, "reply", badAuth.Reply)
+		}
 	case err == nil || errors.As(err, &refused):
+		if !p.login && p.badAuth.Swap(false) {
+			p.log.Info("upstream accepts the proxy's credentials again", "node", p.addr)
+		}
 		if p.state.Swap(nodeUp) == nodeDown {
 			p.log.Info("upstream node up", "node", p.addr)
 		}
@@ -332,4 +348,5 @@ func (p *Pool) close() {
 	for _, c := range live {
 		c.close()
 	}
+	p.verify.close()
 }
