@@ -128,6 +128,9 @@ var commandTable = map[string]*command{
 	"reset":  {route: routeLocal, noAuth: true},
 	"select": {route: routeLocal, upstreamWhen: whenPinned, cluster: answerSelect},
 	"proxy":  {route: routeLocal},
+	"acl": {subs: map[string]*command{
+		"whoami": {route: routeLocal, upstreamWhen: whenInMulti}, // the client's user, not the connection's
+	}},
 	"client": {subs: map[string]*command{
 		"id":      {route: routeLocal, upstreamWhen: whenPinned},
 		"setname": {route: routeLocal, upstreamWhen: whenPinned},

@@ -71,6 +71,7 @@ func (s *session) ownRoundTrip(block *resp.Command) {
 			err = s.ownTimeout(err, limit)
 			break
 		}
+		s.out = s.own.pool.Refusal(s.out, okLen)
 		okLen = len(s.out)
 	}
 	if gone := stop != nil && stop(); gone && err != nil {
@@ -179,6 +180,9 @@ func (s *session) watchClient() (stop func() (clientGone bool)) {
 // its db and with its name, after every request sent so far is answered.
 func (s *session) pin(p *upstream.Pool) bool {
 	s.flush()
+	if s.login != nil {
+		p = s.login.Pool(p)
+	}
 	nc, br, err := p.Dial(s.db)
 	if err == nil && len(s.name) > 0 {
 		nc.SetDeadline(time.Now().Add(p.DialTimeout()))

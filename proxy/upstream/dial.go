@@ -23,7 +23,7 @@ type dialer struct {
 	// upstream.username and upstream.password.
 	login   bool
 	timeout time.Duration
-	tls      *nodeTLS // nil: plain TCP
+	tls     *nodeTLS // nil: plain TCP
 }
 
 // newDialer returns the dialer of the node at addr as cfg says; base is

@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"log/slog"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tidwall/redcon"
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
@@ -153,12 +155,9 @@ func (p *Pool) Dial(db int) (net.Conn, *bufio.Reader, error) {
 	switch {
 	case errors.As(err, &badAuth):
 		p.m.Errors.Inc()
-		if !badAuth.Login && !p.badAuth.Swap(true) {
-			p.log.Error("upstream refused the proxy's credentials: set upstream.username and upstream.password to an ACL user Redis accepts",
-				"node", p.addr, "reply", badAuth.Reply)
-		}
+		p.authRefused(badAuth)
 	case err == nil || errors.As(err, &refused):
-		if !p.login && p.badAuth.Swap(false) {
+		if !p.login && p.password != "" && p.badAuth.Swap(false) {
 			p.log.Info("upstream accepts the proxy's credentials again", "node", p.addr)
 		}
 		if p.state.Swap(nodeUp) == nodeDown {
@@ -239,7 +238,7 @@ func (p *Pool) Get(db int, id uint64) (*Conn, error) {
 		nc.Close()
 		return nil, ErrClosed
 	}
-	c := newConn(nc, br, p.m, &p.watch)
+	c := newConn(nc, br, p.m, &p.watch, p)
 	s.conn.Store(c)
 	p.live = append(p.live, c)
 	if !p.watching {
@@ -248,6 +247,32 @@ func (p *Pool) Get(db int, id uint64) (*Conn, error) {
 	}
 	return c, nil
 }
+
+// authRefused logs, once until a dial's AUTH succeeds again, that Redis
+// refused the proxy's own credentials; a client's are its own business.
+func (p *Pool) authRefused(e *AuthError) {
+	if !e.Login && !p.badAuth.Swap(true) {
+		p.log.Error("upstream refused the proxy's credentials: set upstream.username and upstream.password to an ACL user Redis accepts",
+			"node", p.addr, "reply", e.Reply)
+	}
+}
+
+// Refusal checks the reply at out[start:], from a connection of p, for a
+// NOAUTH: Redis asking the proxy's own connections for a password, as it
+// does once requirepass is set behind the proxy (through it, even). Such
+// a reply is replaced with the AuthError's words, which name the settings
+// to change, and logged once; out is returned. A Login's pools keep
+// Redis's NOAUTH, which is the client's own to see.
+func (p *Pool) Refusal(out []byte, start int) []byte {
+	if p.login || len(out) <= start || out[start] != '-' || !bytes.HasPrefix(out[start:], noAuthPrefix) {
+		return out
+	}
+	e := &AuthError{Addr: p.addr, Reply: string(out[start+1 : len(out)-2])}
+	p.authRefused(e)
+	return redcon.AppendError(out[:start], e.text())
+}
+
+var noAuthPrefix = []byte("-NOAUTH ")
 
 // usable is c when it is usable, else the first usable connection among
 // slots, else c: a stalled connection is better than none.
