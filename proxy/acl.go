@@ -23,7 +23,9 @@ func (s *session) logIn(l *upstream.Login) {
 		s.login.Release()
 	}
 	s.login, s.user, s.shared = l, l.User(), nil
-	s.pool = l.Pool(s.srv.up.Pool)
+	if s.srv.up.Cluster == nil {
+		s.pool = l.Pool(s.srv.up.Pool)
+	}
 	s.cs.RoundTrip.SetLogin(l)
 }
 
