@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
+	"github.com/redis/go-redis/v9"
 )
 
 // aclUsers are the ACL users the tests create on every Redis node: alice
@@ -310,4 +312,55 @@ func TestUpstreamRequirepass(t *testing.T) {
 	if got := strings.Count(log.String(), "upstream refused the proxy's credentials"); got != 1 {
 		t.Errorf("the refusal logged %d times, want once:\n%s", got, log.String())
 	}
+}
+
+// goRedisACLSession logs go-redis in at addr as alice and as bob (see
+// aclUsers), with its defaults, and checks that Redis's permissions and
+// errors reach it: commands, pipelines and a transaction as the user.
+func goRedisACLSession(t *testing.T, addr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
+	defer cancel()
+	user := func(name, pass string) *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: addr, Username: name, Password: pass, MaxRetries: -1})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	alice, bob := user("alice", "alice-pw"), user("bob", "bob-pw")
+
+	whoami := func(c *redis.Client) string {
+		name, err := c.Do(ctx, "ACL", "WHOAMI").Text()
+		mustOK(t, "ACL WHOAMI", err)
+		return name
+	}
+	equal(t, "alice's ACL WHOAMI", whoami(alice), "alice")
+	equal(t, "bob's ACL WHOAMI", whoami(bob), "bob")
+	mustOK(t, "alice's SET", alice.Set(ctx, "app:go", "v", 0).Err())
+	got, err := alice.Get(ctx, "app:go").Result()
+	mustOK(t, "alice's GET", err)
+	equal(t, "alice's GET", got, "v")
+	checkRedisError(t, "alice's DEL", alice.Del(ctx, "app:go").Err(), "NOPERM this user has no permissions to run the 'del' command")
+	checkRedisError(t, "alice's SET of another key", alice.Set(ctx, "other:go", "v", 0).Err(), "NOPERM this user has no permissions to access one of the keys")
+
+	cmds, _ := alice.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, "app:pipe", "1", 0)
+		p.Set(ctx, "other:pipe", "1", 0)
+		p.Get(ctx, "app:pipe")
+		return nil
+	})
+	mustOK(t, "pipelined SET", cmds[0].Err())
+	checkRedisError(t, "pipelined SET of another key", cmds[1].Err(), "NOPERM")
+	equal(t, "pipelined GET", cmds[2].(*redis.StringCmd).Val(), "1")
+
+	_, err = alice.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, "app:tx", "1", 0)
+		p.FlushAll(ctx)
+		return nil
+	})
+	checkRedisError(t, "FLUSHALL in alice's transaction", err, "EXECABORT")
+
+	n, err := bob.Del(ctx, "app:go", "app:pipe").Result()
+	mustOK(t, "bob's DEL", err)
+	equal(t, "bob's DEL", n, int64(2))
+	checkRedisError(t, "a wrong password", user("alice", "wrong").Ping(ctx).Err(), "WRONGPASS")
 }
