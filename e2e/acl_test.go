@@ -309,6 +309,28 @@ func TestUpstreamRequirepass(t *testing.T) {
 			}
 		}
 	}
+	// The shared connections dialed before stay authenticated, as Redis
+	// keeps them; once Redis drops them, those dialed again are refused.
+	if got := c.do("GET", "k"); got != "$-1\r\n" {
+		t.Errorf("GET on a connection dialed before: %q", got)
+	}
+	kill := dialRaw(t, e.Redis.Addr())
+	if got := kill.do("AUTH", "set-behind"); got != "+OK\r\n" {
+		t.Fatalf("AUTH on Redis: %q", got)
+	}
+	if got := kill.do("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"); got == ":0\r\n" {
+		t.Fatalf("CLIENT KILL: %q", got)
+	}
+	for {
+		got := c.do("GET", "k")
+		if strings.HasPrefix(got, "-ERR upstream unavailable") {
+			continue // the pool found its connection gone only now; the next GET dials
+		}
+		if got != want {
+			t.Errorf("GET on a connection dialed since: %q, want %q", got, want)
+		}
+		break
+	}
 	if got := strings.Count(log.String(), "upstream refused the proxy's credentials"); got != 1 {
 		t.Errorf("the refusal logged %d times, want once:\n%s", got, log.String())
 	}
