@@ -24,9 +24,18 @@ func (s *session) logIn(l *upstream.Login) {
 	}
 	s.login, s.user, s.shared = l, l.User(), nil
 	if s.srv.up.Cluster == nil {
-		s.pool = l.Pool(s.srv.up.Pool)
+		s.pool = s.userPool(s.srv.up.Pool)
 	}
 	s.cs.RoundTrip.SetLogin(l)
+}
+
+// userPool is the pool of p's node that runs the client's commands: its
+// user's when Redis checks passwords, else p.
+func (s *session) userPool(p *upstream.Pool) *upstream.Pool {
+	if s.login != nil {
+		return s.login.Pool(p)
+	}
+	return p
 }
 
 // verifyAuth has Redis check auth, an AUTH with the password alone or

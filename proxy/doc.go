@@ -37,7 +37,7 @@
 // user's upstream.Login: its shared connections, in standalone mode and
 // on each cluster node, and its own connection are authenticated as the
 // user, so Redis answers NOPERM itself. The clients of one user share its
-// pools (one connection per node and db); a user's pools close a minute
+// pools (up to conns_per_node per node and db); a user's pools close a minute
 // after its last client let go. A client that has not logged in is
 // Redis's default user, on connections that send no AUTH: Redis's NOAUTH
 // is the answer while the default user has a password. Hot keys are

@@ -180,9 +180,7 @@ func (s *session) watchClient() (stop func() (clientGone bool)) {
 // its db and with its name, after every request sent so far is answered.
 func (s *session) pin(p *upstream.Pool) bool {
 	s.flush()
-	if s.login != nil {
-		p = s.login.Pool(p)
-	}
+	p = s.userPool(p)
 	nc, br, err := p.Dial(s.db)
 	if err == nil && len(s.name) > 0 {
 		nc.SetDeadline(time.Now().Add(p.DialTimeout()))
@@ -299,7 +297,7 @@ func (s *session) killEverywhere(cmd *resp.Command) {
 	req := rawOf(cmd)
 	var first []byte
 	for _, n := range t.Masters {
-		reply := killOn(n, req)
+		reply := killOn(s.userPool(n.Pool), req)
 		if string(reply) == "+OK\r\n" {
 			s.reply(reply)
 			return
@@ -311,10 +309,10 @@ func (s *session) killEverywhere(cmd *resp.Command) {
 	s.reply(first)
 }
 
-// killOn sends req to n on a connection of its own, within the dial
-// timeout: a node running a script answers SCRIPT KILL at once.
-func killOn(n *upstream.Node, req []byte) []byte {
-	replies, err := n.Pool.Ask(req, 1)
+// killOn sends req to p's node on a connection of its own, within the
+// dial timeout: a node running a script answers SCRIPT KILL at once.
+func killOn(p *upstream.Pool, req []byte) []byte {
+	replies, err := p.Ask(req, 1)
 	if err != nil {
 		return redcon.AppendError(nil, upstream.ErrorText(err))
 	}

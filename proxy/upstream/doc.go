@@ -33,8 +33,8 @@
 // Ask fail at once with a DownError, without a dial each.
 //
 // Users (users.go): Logins are the ACL users clients logged in as, each
-// with a pool per node dialed with the user's name and password (one
-// shared connection per db, whatever upstream.conns_per_node says), held
+// with a pool per node dialed with the user's name and password (up to
+// upstream.conns_per_node shared connections per db, as needed), held
 // by its clients and closed LoginIdle after the last let go. Pool.Verify
 // checks a client's AUTH on the node's verification connection, one AUTH
 // at a time, so a wrong password never opens a connection.

@@ -88,9 +88,9 @@ func (l *Login) User() string {
 	return l.user
 }
 
-// Pool is the user's pool of node, whose pool is p: one shared connection
-// per db (conns_per_node does not multiply a user's cost), dialed with the
-// user's name and password on first use.
+// Pool is the user's pool of the node whose pool is p: as many shared
+// connections per db as p has (upstream.conns_per_node), each dialed with
+// the user's name and password when a client of the user first needs it.
 func (l *Login) Pool(p *Pool) *Pool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -99,7 +99,7 @@ func (l *Login) Pool(p *Pool) *Pool {
 	}
 	d := p.dialer
 	d.username, d.password, d.login = l.user, l.pass, true
-	up := newPool(d, 1, p.readTimeout, p.m, p.log)
+	up := newPool(d, p.perDB, p.readTimeout, p.m, p.log)
 	up.stallAfter, up.probeIdle = p.stallAfter, p.probeIdle
 	if l.closed {
 		up.close() // a straggler after the proxy closed: fails with ErrClosed
