@@ -135,6 +135,28 @@ func TestACLUsers(t *testing.T) {
 	wg.Wait()
 }
 
+// TestACLPubSub subscribes as alice, on a connection of the client's own
+// authenticated as her: Redis checks the channels.
+func TestACLPubSub(t *testing.T) {
+	e := startEnv(t, redisAuth)
+	addACLUsers(t, e.Redis.Addr())
+	sub, pub := dialRaw(t, e.ProxyAddr()), dialRaw(t, e.ProxyAddr())
+	sub.do("AUTH", "alice", "alice-pw")
+	pub.do("AUTH", "bob", "bob-pw")
+	if got, want := sub.do("SUBSCRIBE", "chan:a"), "*3\r\n$9\r\nsubscribe\r\n$6\r\nchan:a\r\n:1\r\n"; got != want {
+		t.Fatalf("SUBSCRIBE chan:a: %q, want %q", got, want)
+	}
+	if got, want := sub.do("SUBSCRIBE", "other"), "-NOPERM this user has no permissions to access one of the channels used as arguments\r\n"; got != want {
+		t.Errorf("SUBSCRIBE other while subscribed: %q, want %q", got, want)
+	}
+	if got := pub.do("PUBLISH", "chan:a", "hi"); got != ":1\r\n" {
+		t.Errorf("PUBLISH: %q", got)
+	}
+	if got, want := sub.readReplies(1), "*3\r\n$7\r\nmessage\r\n$6\r\nchan:a\r\n$2\r\nhi\r\n"; got != want {
+		t.Errorf("message: %q, want %q", got, want)
+	}
+}
+
 // TestACLHello logs in with HELLO 2 AUTH: Redis's HELLO reply (the id the
 // proxy's own), and the user from then on.
 func TestACLHello(t *testing.T) {
@@ -265,7 +287,12 @@ func TestACLCluster(t *testing.T) {
 	steps = append(steps, struct{ cmd, want string }{"MGET app:1 app:2 app:3", "*3\r\n$5\r\napp:1\r\n$5\r\napp:2\r\n$5\r\napp:3\r\n"},
 		struct{ cmd, want string }{"AUTH bob bob-pw", "+OK\r\n"},
 		struct{ cmd, want string }{"DEL app:1 app:2 app:3", ":3\r\n"},
-		struct{ cmd, want string }{"ACL WHOAMI", "$3\r\nbob\r\n"})
+		struct{ cmd, want string }{"ACL WHOAMI", "$3\r\nbob\r\n"},
+		// A blocking command's own connection, kept on the node, is
+		// dialed again as the user logged in since.
+		struct{ cmd, want string }{"BLPOP app:{t}l 0.01", "*-1\r\n"},
+		struct{ cmd, want string }{"AUTH alice alice-pw", "+OK\r\n"},
+		struct{ cmd, want string }{"BLPOP other:{t}l 0.01", "-NOPERM this user has no permissions to access one of the keys used as arguments\r\n"})
 	for _, step := range steps {
 		if got := c.do(strings.Fields(step.cmd)...); got != step.want {
 			t.Errorf("%s: %q, want %q", step.cmd, got, step.want)

@@ -16,9 +16,15 @@ func (s *session) redisChecks() bool { return s.srv.cfg.Upstream.ClientAuth == c
 
 // logIn makes the client's commands run as the ACL user l: on its pools
 // from the next command on, every request before answered as before. The
-// Login the client held is let go.
+// Login the client held is let go. An own connection that holds no state
+// (in cluster mode, kept from a blocking command) is closed: the next is
+// dialed as l.
 func (s *session) logIn(l *upstream.Login) {
 	s.flush()
+	if s.own != nil && !s.pinned() {
+		s.own.nc.Close()
+		s.setOwn(nil)
+	}
 	if s.login != nil {
 		s.login.Release()
 	}
