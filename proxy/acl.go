@@ -56,9 +56,7 @@ func (s *session) verifyAuth(auth [][]byte) bool {
 	var reply []byte
 	var err error
 	if s.pinned() {
-		mark := s.exchange(&resp.Command{Args: auth})
-		reply = bytes.Clone(s.out[mark:])
-		s.out = s.out[:mark]
+		reply = s.ask(auth)
 	} else {
 		reply, err = s.srv.up.Verify(resp.AppendCommand(nil, auth...))
 	}
@@ -107,10 +105,7 @@ func (s *session) pingAsUser() []byte {
 	s.flush()
 	c := s.srv.up.Cluster
 	if c == nil || s.pinned() {
-		mark := s.exchange(&resp.Command{Args: pingArgs})
-		reply := bytes.Clone(s.out[mark:])
-		s.out = s.out[:mark]
-		return reply
+		return s.ask(pingArgs)
 	}
 	t, _, err := c.Current()
 	if err != nil {
@@ -121,6 +116,15 @@ func (s *session) pingAsUser() []byte {
 	r.Run()
 	reply := bytes.Clone(r.Reply(0))
 	r.Reset()
+	return reply
+}
+
+// ask sends args as the client's commands go, once every request before
+// it is answered, and returns the reply, which the client does not get.
+func (s *session) ask(args [][]byte) []byte {
+	mark := s.exchange(&resp.Command{Args: args})
+	reply := bytes.Clone(s.out[mark:])
+	s.out = s.out[:mark]
 	return reply
 }
 
