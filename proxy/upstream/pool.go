@@ -75,6 +75,7 @@ type Pool struct {
 	readTimeout time.Duration
 	stallAfter  time.Duration // stallAfter; tests change it before the first Get
 	probeIdle   time.Duration // probeIdle; likewise
+	authRetry   time.Duration // authRetry; likewise
 	m           *NodeMetrics
 	log         *slog.Logger
 	state       atomic.Int32 // nodeUnknown, nodeUp or nodeDown, as last seen
@@ -86,10 +87,14 @@ type Pool struct {
 	// badAuth: the last dial found the proxy's credentials refused (an
 	// AuthError), so that is logged once, not once per dial.
 	badAuth atomic.Bool
-	verify  verifier
-	watch   watchdog
-	quit    chan struct{} // closed by close
-	watched []*Conn       // the watchdog's scratch
+	// refusedAuth is the last dial's AuthError, at monoNow refusedAt;
+	// nil after a dial that was not refused.
+	refusedAuth atomic.Pointer[AuthError]
+	refusedAt   atomic.Int64
+	verify      verifier
+	watch       watchdog
+	quit        chan struct{} // closed by close
+	watched     []*Conn       // the watchdog's scratch
 
 	mu     sync.Mutex
 	conns  map[int][]*sharedSlot // by db
@@ -119,12 +124,16 @@ type sharedSlot struct {
 
 func newPool(d dialer, perDB int, readTimeout time.Duration, m *NodeMetrics, log *slog.Logger) *Pool {
 	return &Pool{
-		dialer: d, perDB: perDB, readTimeout: readTimeout, stallAfter: stallAfter, probeIdle: probeIdle, m: m, log: log,
+		dialer: d, perDB: perDB, readTimeout: readTimeout, stallAfter: stallAfter, probeIdle: probeIdle, authRetry: authRetry, m: m, log: log,
 		conns: make(map[int][]*sharedSlot),
 		watch: watchdog{wake: make(chan struct{}, 1)},
 		quit:  make(chan struct{}),
 	}
 }
+
+// authRetry is how long after Redis refused a dial's credentials the
+// next dial is tried: meanwhile the refusal is the answer.
+const authRetry = time.Second
 
 // A node's state, as the pool's last dial found it.
 const (
@@ -142,12 +151,17 @@ func (p *Pool) DialTimeout() time.Duration { return p.timeout }
 // node going down (the first failure, or the first after a success) and
 // coming back are logged; so is Redis refusing the proxy's own
 // credentials (an AuthError), once until a dial succeeds again, without
-// the node counting as down. Redis refusing SELECT is an answer, not a
-// failure: it comes back as a RedisError. While the node is probed or
-// down it waits or fails as Get does.
+// the node counting as down. For authRetry after an AuthError, Dial
+// returns it again without dialing: credentials Redis refused cost one
+// connection a second, however many requests need one. Redis refusing
+// SELECT is an answer, not a failure: it comes back as a RedisError.
+// While the node is probed or down it waits or fails as Get does.
 func (p *Pool) Dial(db int) (net.Conn, *bufio.Reader, error) {
 	if err := p.healthy(); err != nil {
 		return nil, nil, err
+	}
+	if e := p.refusedAuth.Load(); e != nil && monoNow()-time.Duration(p.refusedAt.Load()) < p.authRetry {
+		return nil, nil, e
 	}
 	nc, br, err := p.dialer.dial(db)
 	var refused RedisError
@@ -155,8 +169,11 @@ func (p *Pool) Dial(db int) (net.Conn, *bufio.Reader, error) {
 	switch {
 	case errors.As(err, &badAuth):
 		p.m.Errors.Inc()
+		p.refusedAt.Store(int64(monoNow()))
+		p.refusedAuth.Store(badAuth)
 		p.authRefused(badAuth)
 	case err == nil || errors.As(err, &refused):
+		p.refusedAuth.Store(nil)
 		if !p.login && p.password != "" && p.badAuth.Swap(false) {
 			p.log.Info("upstream accepts the proxy's credentials again", "node", p.addr)
 		}

@@ -50,6 +50,7 @@ func TestVerify(t *testing.T) {
 func TestLogins(t *testing.T) {
 	be := authBackend(t)
 	node := testPool(t, dialer{addr: be.Addr()}, 2, nil)
+	node.authRetry = time.Hour // its users' pools take it: no dial after a refusal
 	ls := newLogins()
 	t.Cleanup(ls.close)
 
@@ -68,8 +69,14 @@ func TestLogins(t *testing.T) {
 		t.Errorf("the user's pool sent %q, want AUTH alice secret", got)
 	}
 	wrong := ls.Get("alice", "old")
-	if _, err := wrong.Pool(node).Get(0, 0); err == nil || ErrorText(err) != "WRONGPASS invalid username-password pair or user is disabled." {
-		t.Errorf("Get as a user Redis refuses: %v, want Redis's WRONGPASS as it is", err)
+	conns := be.Conns()
+	for range 5 {
+		if _, err := wrong.Pool(node).Get(0, 0); err == nil || ErrorText(err) != "WRONGPASS invalid username-password pair or user is disabled." {
+			t.Errorf("Get as a user Redis refuses: %v, want Redis's WRONGPASS as it is", err)
+		}
+	}
+	if n := be.Conns() - conns; n != 1 {
+		t.Errorf("5 Gets as a user Redis refuses dialed %d times, want once", n)
 	}
 	wrong.Release()
 
