@@ -33,9 +33,9 @@ func (s *session) setOwn(own *ownConn) {
 	s.own = own
 	s.ownMu.Lock()
 	defer s.ownMu.Unlock()
-	s.ownNC = nil
+	s.ownNC, s.ownPool = nil, nil
 	if own != nil {
-		s.ownNC = own.nc
+		s.ownNC, s.ownPool = own.nc, own.pool
 	}
 }
 
@@ -56,6 +56,12 @@ func (s *session) ownRoundTrip(block *resp.Command) {
 		deadline = time.Now().Add(limit)
 	}
 	s.own.nc.SetDeadline(deadline)
+	if block != nil && !s.tx.open {
+		// Before the write: once Redis blocks it, CLIENT UNBLOCK must
+		// find it blocked.
+		s.setBlocked(true)
+		defer s.setBlocked(false)
+	}
 	if _, err := s.own.nc.Write(b.Req); err != nil {
 		s.failBatch(0, b.N, s.ownTimeout(err, limit))
 		return
@@ -72,6 +78,9 @@ func (s *session) ownRoundTrip(block *resp.Command) {
 			break
 		}
 		s.out = s.own.pool.Refusal(s.out, okLen)
+		if s.tx.open && string(s.out[okLen:]) == "+QUEUED\r\n" {
+			s.tx.queued++
+		}
 		okLen = len(s.out)
 	}
 	if gone := stop != nil && stop(); gone && err != nil {
