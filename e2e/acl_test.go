@@ -120,6 +120,9 @@ func TestACLUsers(t *testing.T) {
 			if got := c.do("AUTH", u.user, u.pass); got != "+OK\r\n" {
 				t.Errorf("AUTH %s: %q", u.user, got)
 			}
+			if got := c.do("CLIENT", "INFO"); !strings.Contains(got, " user="+u.user+" ") {
+				t.Errorf("%s's CLIENT INFO: %q", u.user, got)
+			}
 			for i := range 50 {
 				if got := c.do("ACL", "WHOAMI"); got != fmt.Sprintf("$%d\r\n%s\r\n", len(u.user), u.user) {
 					t.Errorf("%s's ACL WHOAMI %d: %q", u.user, i, got)
