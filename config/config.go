@@ -92,7 +92,21 @@ type Upstream struct {
 	// (BLPOP, XREAD BLOCK, WAIT…) gets its own timeout on top of it.
 	// Must be > 0; default 5s, Redis's busy-reply-threshold.
 	ReadTimeout Duration `yaml:"read_timeout"`
+	// ClientAuth says who checks clients' AUTH and HELLO … AUTH:
+	// ClientAuthProxy (the default) checks them against password, as
+	// Redis's default user; ClientAuthRedis has Redis check them, as its
+	// ACL users, and runs each client's commands on connections
+	// authenticated as the user it logged in as, so Redis applies the
+	// user's permissions. With ClientAuthRedis, password must be empty.
+	// Changing it needs a restart.
+	ClientAuth string `yaml:"client_auth"`
 }
+
+// Who checks clients' passwords (Upstream.ClientAuth).
+const (
+	ClientAuthProxy = "proxy" // the proxy, against password
+	ClientAuthRedis = "redis" // Redis, as ACL users
+)
 
 // Limits bound client resources. The defaults are Redis's own.
 type Limits struct {
@@ -289,6 +303,7 @@ func Default() *Config {
 			ConnsPerNode: 2,
 			DialTimeout:  Duration(time.Second),
 			ReadTimeout:  Duration(5 * time.Second),
+			ClientAuth:   ClientAuthProxy,
 		},
 		Limits: Limits{
 			MaxClients:       10000,
@@ -376,6 +391,12 @@ func (c *Config) validate() []*Error {
 	}
 	v.positive("upstream.dial_timeout", u.DialTimeout)
 	v.positive("upstream.read_timeout", u.ReadTimeout)
+	switch {
+	case u.ClientAuth != ClientAuthProxy && u.ClientAuth != ClientAuthRedis:
+		v.errorf("upstream.client_auth", `must be "proxy" or "redis", got %q`, u.ClientAuth)
+	case u.ClientAuth == ClientAuthRedis && (c.Password != "" || c.PasswordFile != ""):
+		v.errorf("upstream.client_auth", `"redis" has Redis check clients' passwords: password and password_file must be empty`)
+	}
 
 	l := &c.Limits
 	if l.MaxClients < 1 {

@@ -102,6 +102,7 @@ func TestValidFile(t *testing.T) {
 			ConnsPerNode: 4,
 			DialTimeout:  Duration(250 * time.Millisecond),
 			ReadTimeout:  Duration(2 * time.Second),
+			ClientAuth:   ClientAuthProxy,
 		},
 		Limits: Limits{
 			MaxClients:  500,
@@ -186,6 +187,8 @@ func TestInvalidFixtures(t *testing.T) {
 		{"limits-auth-failure-delay-long", "line 2: limits.auth_failure_delay: must be 0s..10s, got 1m0s"},
 		{"limits-auth-failure-delay-negative", "limits.auth_failure_delay: must be 0s..10s, got -1s"},
 		{"password-and-password-file", "line 2: password_file: set password or password_file, not both"},
+		{"upstream-client-auth-with-password", `line 3: upstream.client_auth: "redis" has Redis check clients' passwords: password and password_file must be empty`},
+		{"upstream-client-auth-word", `line 2: upstream.client_auth: must be "proxy" or "redis", got "acl"`},
 		{"upstream-password-file-missing", "line 3: upstream.password_file: open testdata/invalid/no-such-password-file: no such file or directory"},
 		{"password-env-unset", "line 1: password: environment variable HOTKEYPROXY_TEST_UNSET_VARIABLE is not set"},
 		{"password-env-malformed", `line 1: password: "${" must start a reference to an environment variable`},

@@ -523,6 +523,19 @@ func TestClientsGoRedis(t *testing.T) {
 		t.Logf("connect-time commands: %q, %q", hello[0], setinfo[:min(2, len(setinfo))])
 	})
 
+	t.Run("acl-users", func(t *testing.T) {
+		// Redis checks the logins: the common session as the default
+		// user, then a limited user's.
+		e := startEnv(t, redisAuth)
+		addACLUsers(t, e.Redis.Addr())
+		rdb := redis.NewClient(&redis.Options{Addr: e.ProxyAddr()})
+		t.Cleanup(func() { rdb.Close() })
+		direct := redis.NewClient(&redis.Options{Addr: e.Redis.Addr()})
+		t.Cleanup(func() { direct.Close() })
+		goRedisSession(t, rdb, direct)
+		goRedisACLSession(t, e.ProxyAddr())
+	})
+
 	t.Run("resp2-name-db2-pool", func(t *testing.T) {
 		e := startEnv(t, nil)
 		const name = "hkp-e2e-go"
@@ -576,8 +589,14 @@ func TestClientsGoRedis(t *testing.T) {
 
 func TestClientsRedisPy(t *testing.T) {
 	python := lookPython(t)
-	e := startEnv(t, nil)
-	runRedisPy(t, python, proxyPort(t, e.ProxyAddr()))
+	t.Run("proxy-password", func(t *testing.T) {
+		e := startEnv(t, nil)
+		runRedisPy(t, python, proxyPort(t, e.ProxyAddr()))
+	})
+	t.Run("acl-users", func(t *testing.T) {
+		e := startEnv(t, redisAuth)
+		runRedisPy(t, python, proxyPort(t, e.ProxyAddr()), "acl")
+	})
 }
 
 // lookPython finds the Python that has redis-py.
@@ -603,8 +622,14 @@ func runRedisPy(t *testing.T, python string, args ...string) {
 
 func TestClientsIORedis(t *testing.T) {
 	node, dir := lookIORedis(t)
-	e := startEnv(t, nil)
-	runIORedis(t, node, dir, proxyPort(t, e.ProxyAddr()))
+	t.Run("proxy-password", func(t *testing.T) {
+		e := startEnv(t, nil)
+		runIORedis(t, node, dir, proxyPort(t, e.ProxyAddr()))
+	})
+	t.Run("acl-users", func(t *testing.T) {
+		e := startEnv(t, redisAuth)
+		runIORedis(t, node, dir, proxyPort(t, e.ProxyAddr()), "acl")
+	})
 }
 
 // lookIORedis finds node and the dir where ioredis is installed.

@@ -33,6 +33,20 @@
 // the Redis id of that client's own connection, found by its address. The proxy speaks RESP2 only: HELLO 3 gets NOPROTO, from which
 // clients fall back.
 //
+// Users (acl.go): with the proxy's password every client is Redis's
+// default user on the proxy's connections. With upstream.client_auth:
+// redis, Redis checks AUTH and HELLO … AUTH (upstream.Redis.Verify: one
+// verification connection per node, so a wrong password costs a round
+// trip there and no connection), and a client that logged in holds its
+// user's upstream.Login: its shared connections, in standalone mode and
+// on each cluster node, and its own connection are authenticated as the
+// user, so Redis answers NOPERM itself. The clients of one user share its
+// pools (up to conns_per_node per node and db); a user's pools close a minute
+// after its last client let go. A client that has not logged in is
+// Redis's default user, on connections that send no AUTH: Redis's NOAUTH
+// is the answer while the default user has a password. Hot keys are
+// served with the proxy's own credentials.
+//
 // Limits: a session stops reading a client while more than
 // limits.max_pending_output of replies wait for it, as long as the client
 // reads them (Redis has no such backpressure; a client that reads nothing

@@ -40,6 +40,8 @@ func (s *session) local(cmd *resp.Command, name string) {
 		s.reply([]byte("+RESET\r\n"))
 	case "client":
 		s.client(args)
+	case "acl":
+		s.whoami(cmd)
 	case "proxy":
 		s.proxyCommand(args)
 	case "config":
@@ -84,6 +86,12 @@ func (s *session) resetState() {
 	s.info.mu.Unlock()
 	s.authed = s.srv.config().Password == ""
 	s.rd.SetAuthRequired(!s.authed)
+	s.user = "default"
+	if s.redisChecks() {
+		s.authed = false // Redis's RESET makes the client its default user
+		s.rd.SetAuthRequired(false)
+		s.logIn(s.srv.up.Logins.Get("", ""))
+	}
 }
 
 // checkAuth authenticates as Redis's default user with the proxy's
@@ -108,6 +116,10 @@ func (s *session) auth(args [][]byte) {
 		s.replyError(rediserr.WrongArity("auth"))
 	case len(args) > 3:
 		s.replyError(rediserr.Syntax)
+	case s.redisChecks():
+		if s.verifyAuth(args) {
+			s.reply([]byte("+OK\r\n"))
+		}
 	case len(args) == 2 && s.srv.config().Password == "":
 		s.replyError(rediserr.NoPassword)
 	case len(args) == 2 && s.checkAuth([]byte("default"), args[1]),
@@ -162,11 +174,17 @@ func (s *session) hello(args [][]byte) {
 			return
 		}
 	}
-	if user != nil && !s.checkAuth(user, pass) {
+	switch {
+	case user == nil:
+	case s.redisChecks():
+		if !s.verifyAuth([][]byte{[]byte("AUTH"), user, pass}) {
+			return
+		}
+	case !s.checkAuth(user, pass):
 		s.authFailed()
 		return
 	}
-	if !s.authed {
+	if !s.mayRun() {
 		s.replyError(rediserr.HelloNoAuth)
 		return
 	}
@@ -268,7 +286,7 @@ func (s *session) selectDB(args [][]byte) {
 		return
 	}
 	s.flush()
-	c, err := s.srv.up.Pool.Get(int(n), s.id)
+	c, err := s.pool.Get(int(n), s.id)
 	if err != nil {
 		s.replyError(upstream.ErrorText(err))
 		return

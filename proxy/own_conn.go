@@ -77,6 +77,7 @@ func (s *session) ownRoundTrip(block *resp.Command) {
 			err = s.ownTimeout(err, limit)
 			break
 		}
+		s.out = s.own.pool.Refusal(s.out, okLen)
 		if s.tx.open && string(s.out[okLen:]) == "+QUEUED\r\n" {
 			s.tx.queued++
 		}
@@ -188,6 +189,7 @@ func (s *session) watchClient() (stop func() (clientGone bool)) {
 // its db and with its name, after every request sent so far is answered.
 func (s *session) pin(p *upstream.Pool) bool {
 	s.flush()
+	p = s.userPool(p)
 	nc, br, err := p.Dial(s.db)
 	if err == nil && len(s.name) > 0 {
 		nc.SetDeadline(time.Now().Add(p.DialTimeout()))
@@ -304,7 +306,7 @@ func (s *session) killEverywhere(cmd *resp.Command) {
 	req := rawOf(cmd)
 	var first []byte
 	for _, n := range t.Masters {
-		reply := askAside(n.Pool, req)
+		reply := askAside(s.userPool(n.Pool), req)
 		if string(reply) == "+OK\r\n" {
 			s.reply(reply)
 			return

@@ -174,9 +174,10 @@ func TestDialFailureShared(t *testing.T) {
 }
 
 // TestDial checks what a dial sends and how it reads the answers: AUTH
-// with or without a user, SELECT, a refused AUTH as a transport failure
-// (counted, the node logged down), a refused SELECT as Redis's answer,
-// and dbs past a refused one refused without dialing.
+// with or without a user, SELECT, a refused AUTH (or a NOAUTH: a password
+// wanted and none sent) as an AuthError whose reply names the settings to
+// change, counted, a refused SELECT as Redis's answer, and dbs past a
+// refused one refused without dialing.
 func TestDial(t *testing.T) {
 	be := redistest.StartBackend(t, redistest.BackendOptions{Answer: func(args []string) redistest.Reply {
 		switch strings.ToUpper(args[0]) {
@@ -185,6 +186,9 @@ func TestDial(t *testing.T) {
 				return redistest.Reply{Raw: "-WRONGPASS invalid username-password pair or user is disabled.\r\n"}
 			}
 		case "SELECT":
+			if args[1] == "7" {
+				return redistest.Reply{Raw: "-NOAUTH Authentication required.\r\n"}
+			}
 			if db, _ := strconv.Atoi(args[1]); db >= 16 {
 				return redistest.Reply{Raw: "-ERR DB index is out of range\r\n"}
 			}
@@ -204,7 +208,9 @@ func TestDial(t *testing.T) {
 		{"password", dialer{password: "secret"}, 0, "AUTH secret", "", false, 0},
 		{"user", dialer{username: "u", password: "secret"}, 3, "AUTH u secret\nSELECT 3", "", false, 0},
 		{"wrong password", dialer{password: "nope"}, 0, "AUTH nope",
-			"refused our AUTH: WRONGPASS invalid username-password pair or user is disabled.", false, 1},
+			"refused the proxy's credentials (WRONGPASS invalid username-password pair or user is disabled.): set upstream.username and upstream.password", false, 1},
+		{"password wanted", dialer{}, 7, "SELECT 7",
+			"refused the proxy's credentials (NOAUTH Authentication required.): set upstream.username and upstream.password", false, 1},
 		{"db out of range", dialer{}, 16, "SELECT 16", "ERR DB index is out of range", true, 0},
 	}
 	for _, tc := range cases {
@@ -225,7 +231,7 @@ func TestDial(t *testing.T) {
 			switch {
 			case tc.err == "" && err != nil:
 				t.Errorf("Get: %v", err)
-			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			case tc.err != "" && (err == nil || !strings.Contains(ErrorText(err), tc.err)):
 				t.Errorf("Get: %v, want %q", err, tc.err)
 			case err != nil && errors.As(err, &re) != tc.redisErr:
 				t.Errorf("Get: %v is a RedisError: %v, want %v", err, !tc.redisErr, tc.redisErr)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -18,8 +19,11 @@ type dialer struct {
 	addr     string
 	username string
 	password string // "": no AUTH
-	timeout  time.Duration
-	tls      *nodeTLS // nil: plain TCP
+	// login: the credentials are a client's (Login), not the proxy's own
+	// upstream.username and upstream.password.
+	login   bool
+	timeout time.Duration
+	tls     *nodeTLS // nil: plain TCP
 }
 
 // newDialer returns the dialer of the node at addr as cfg says; base is
@@ -136,8 +140,8 @@ func (d *dialer) dial(db int) (net.Conn, *bufio.Reader, error) {
 			}
 			if reply[0] == '-' {
 				msg := string(reply[1 : len(reply)-2])
-				if i == 0 && d.password != "" {
-					return fmt.Errorf("proxy: upstream %s refused our AUTH: %s", d.addr, msg)
+				if i == 0 && d.password != "" || strings.HasPrefix(msg, "NOAUTH ") {
+					return &AuthError{Addr: d.addr, Reply: msg, Login: d.login}
 				}
 				return RedisError(msg)
 			}
@@ -150,4 +154,30 @@ func (d *dialer) dial(db int) (net.Conn, *bufio.Reader, error) {
 	}
 	nc.SetDeadline(time.Time{})
 	return nc, br, nil
+}
+
+// AuthError is Redis refusing the credentials a connection was dialed
+// with: its AUTH answered with an error, or a command after it with
+// NOAUTH (Redis asks for a password the proxy was not given, as after a
+// CONFIG SET requirepass). Reply is Redis's error text, without '-' and
+// CRLF.
+type AuthError struct {
+	Addr  string // the node, host:port
+	Reply string
+	Login bool // the credentials were a client's (Login), not upstream.username and upstream.password
+}
+
+func (e *AuthError) Error() string {
+	return "upstream " + e.Addr + " refused the proxy's credentials: " + e.Reply
+}
+
+// text is the error reply a client gets for e, without '-' and CRLF: for
+// a client's own credentials, Redis's words; for the proxy's, what the
+// operator must change, after Redis's words.
+func (e *AuthError) text() string {
+	if e.Login {
+		return e.Reply
+	}
+	return "ERR upstream " + e.Addr + " refused the proxy's credentials (" + e.Reply +
+		"): set upstream.username and upstream.password (or upstream.password_file) to an ACL user Redis accepts, or undo the requirepass change on Redis"
 }

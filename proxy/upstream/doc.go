@@ -32,6 +32,20 @@
 // PING; while no probe is answered the node is down and Get, Dial and
 // Ask fail at once with a DownError, without a dial each.
 //
+// Users (users.go): Logins are the ACL users clients logged in as, each
+// with a pool per node dialed with the user's name and password (up to
+// upstream.conns_per_node shared connections per db, as needed), held
+// by its clients and closed LoginIdle after the last let go. Pool.Verify
+// checks a client's AUTH on the node's verification connection, one AUTH
+// at a time, so a wrong password never opens a connection.
+//
+// Redis refusing the proxy's own credentials, at a dial (AUTH refused,
+// NOAUTH to SELECT) or as a NOAUTH reply on a connection dialed without a
+// password once requirepass was set, is an AuthError whose text names
+// the settings to change (ErrorText, Pool.Refusal), logged once per node
+// rather than per connection; a Login's refusals are Redis's words, the
+// client's own business.
+//
 // The package counts into prometheus counters it is handed (Metrics); it
 // registers nothing.
 package upstream

@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"log/slog"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tidwall/redcon"
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
@@ -73,6 +75,7 @@ type Pool struct {
 	readTimeout time.Duration
 	stallAfter  time.Duration // stallAfter; tests change it before the first Get
 	probeIdle   time.Duration // probeIdle; likewise
+	authRetry   time.Duration // authRetry; likewise
 	m           *NodeMetrics
 	log         *slog.Logger
 	state       atomic.Int32 // nodeUnknown, nodeUp or nodeDown, as last seen
@@ -81,9 +84,17 @@ type Pool struct {
 	probing atomic.Bool                   // a probe runs
 	probed  atomic.Pointer[chan struct{}] // closed at a probe's first answer; nil after it
 	refused atomic.Int64                  // monoNow when a DownError was last answered
-	watch   watchdog
-	quit    chan struct{} // closed by close
-	watched []*Conn       // the watchdog's scratch
+	// badAuth: the last dial found the proxy's credentials refused (an
+	// AuthError), so that is logged once, not once per dial.
+	badAuth atomic.Bool
+	// refusedAuth is the last dial's AuthError, at monoNow refusedAt;
+	// nil after a dial that was not refused.
+	refusedAuth atomic.Pointer[AuthError]
+	refusedAt   atomic.Int64
+	verify      verifier
+	watch       watchdog
+	quit        chan struct{} // closed by close
+	watched     []*Conn       // the watchdog's scratch
 
 	mu     sync.Mutex
 	conns  map[int][]*sharedSlot // by db
@@ -113,12 +124,16 @@ type sharedSlot struct {
 
 func newPool(d dialer, perDB int, readTimeout time.Duration, m *NodeMetrics, log *slog.Logger) *Pool {
 	return &Pool{
-		dialer: d, perDB: perDB, readTimeout: readTimeout, stallAfter: stallAfter, probeIdle: probeIdle, m: m, log: log,
+		dialer: d, perDB: perDB, readTimeout: readTimeout, stallAfter: stallAfter, probeIdle: probeIdle, authRetry: authRetry, m: m, log: log,
 		conns: make(map[int][]*sharedSlot),
 		watch: watchdog{wake: make(chan struct{}, 1)},
 		quit:  make(chan struct{}),
 	}
 }
+
+// authRetry is how long after Redis refused a dial's credentials the
+// next dial is tried: meanwhile the refusal is the answer.
+const authRetry = time.Second
 
 // A node's state, as the pool's last dial found it.
 const (
@@ -134,17 +149,34 @@ func (p *Pool) DialTimeout() time.Duration { return p.timeout }
 // Dial opens a connection of the caller's own to the node, authenticated
 // and in db. A failure to connect or authenticate is counted, and the
 // node going down (the first failure, or the first after a success) and
-// coming back are logged. Redis refusing SELECT is an answer, not a
-// failure: it comes back as a RedisError. While the node is probed or
-// down it waits or fails as Get does.
+// coming back are logged; so is Redis refusing the proxy's own
+// credentials (an AuthError), once until a dial succeeds again, without
+// the node counting as down. For authRetry after an AuthError, Dial
+// returns it again without dialing: credentials Redis refused cost one
+// connection a second, however many requests need one. Redis refusing
+// SELECT is an answer, not a failure: it comes back as a RedisError.
+// While the node is probed or down it waits or fails as Get does.
 func (p *Pool) Dial(db int) (net.Conn, *bufio.Reader, error) {
 	if err := p.healthy(); err != nil {
 		return nil, nil, err
 	}
+	if e := p.refusedAuth.Load(); e != nil && monoNow()-time.Duration(p.refusedAt.Load()) < p.authRetry {
+		return nil, nil, e
+	}
 	nc, br, err := p.dialer.dial(db)
 	var refused RedisError
+	var badAuth *AuthError
 	switch {
+	case errors.As(err, &badAuth):
+		p.m.Errors.Inc()
+		p.refusedAt.Store(int64(monoNow()))
+		p.refusedAuth.Store(badAuth)
+		p.authRefused(badAuth)
 	case err == nil || errors.As(err, &refused):
+		p.refusedAuth.Store(nil)
+		if !p.login && p.password != "" && p.badAuth.Swap(false) {
+			p.log.Info("upstream accepts the proxy's credentials again", "node", p.addr)
+		}
 		if p.state.Swap(nodeUp) == nodeDown {
 			p.log.Info("upstream node up", "node", p.addr)
 		}
@@ -223,7 +255,7 @@ func (p *Pool) Get(db int, id uint64) (*Conn, error) {
 		nc.Close()
 		return nil, ErrClosed
 	}
-	c := newConn(nc, br, p.m, &p.watch)
+	c := newConn(nc, br, p.m, &p.watch, p)
 	s.conn.Store(c)
 	p.live = append(p.live, c)
 	if !p.watching {
@@ -232,6 +264,32 @@ func (p *Pool) Get(db int, id uint64) (*Conn, error) {
 	}
 	return c, nil
 }
+
+// authRefused logs, once until a dial's AUTH succeeds again, that Redis
+// refused the proxy's own credentials; a client's are its own business.
+func (p *Pool) authRefused(e *AuthError) {
+	if !e.Login && !p.badAuth.Swap(true) {
+		p.log.Error("upstream refused the proxy's credentials: set upstream.username and upstream.password to an ACL user Redis accepts",
+			"node", p.addr, "reply", e.Reply)
+	}
+}
+
+// Refusal checks the reply at out[start:], from a connection of p, for a
+// NOAUTH: Redis asking the proxy's own connections for a password, as it
+// does once requirepass is set behind the proxy (through it, even). Such
+// a reply is replaced with the AuthError's words, which name the settings
+// to change, and logged once; out is returned. A Login's pools keep
+// Redis's NOAUTH, which is the client's own to see.
+func (p *Pool) Refusal(out []byte, start int) []byte {
+	if p.login || len(out) <= start || out[start] != '-' || !bytes.HasPrefix(out[start:], noAuthPrefix) {
+		return out
+	}
+	e := &AuthError{Addr: p.addr, Reply: string(out[start+1 : len(out)-2])}
+	p.authRefused(e)
+	return redcon.AppendError(out[:start], e.text())
+}
+
+var noAuthPrefix = []byte("-NOAUTH ")
 
 // usable is c when it is usable, else the first usable connection among
 // slots, else c: a stalled connection is better than none.
@@ -332,4 +390,5 @@ func (p *Pool) close() {
 	for _, c := range live {
 		c.close()
 	}
+	p.verify.close()
 }
