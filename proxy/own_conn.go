@@ -179,7 +179,7 @@ func (s *session) watchClient() (stop func() (clientGone bool)) {
 // its db and with its name, after every request sent so far is answered.
 func (s *session) pin(p *upstream.Pool) bool {
 	s.flush()
-	nc, br, err := p.Dial(s.db)
+	nc, br, err := p.DialOwn(s.db)
 	if err == nil && len(s.name) > 0 {
 		nc.SetDeadline(time.Now().Add(p.DialTimeout()))
 		req := resp.AppendCommand(nil, []byte("CLIENT"), []byte("SETNAME"), s.name)

@@ -84,6 +84,7 @@ type Pool struct {
 	watch   watchdog
 	quit    chan struct{} // closed by close
 	watched []*Conn       // the watchdog's scratch
+	spare   spares        // connections dialed in advance for DialOwn
 
 	mu     sync.Mutex
 	conns  map[int][]*sharedSlot // by db
@@ -186,6 +187,7 @@ func (p *Pool) Get(db int, id uint64) (*Conn, error) {
 			slots[i] = &sharedSlot{}
 		}
 		p.conns[db] = slots
+		defer p.refillSpare(db) // a db in use: its first own connection need not wait
 	}
 	p.mu.Unlock()
 
@@ -329,6 +331,7 @@ func (p *Pool) close() {
 	live := p.live
 	p.live = nil
 	p.mu.Unlock()
+	p.spare.close()
 	for _, c := range live {
 		c.close()
 	}
