@@ -52,6 +52,9 @@ func (s *session) hotCommand(cmd *resp.Command, c *command, name string) bool {
 		return true
 	}
 	s.flush()
+	if c.script == bodyAt1 && s.srv.up.Cluster != nil {
+		s.srv.up.Cluster.Scripts().Learn(cmd.Args[1]) // as the relay remembers it
+	}
 	if len(idx) == 1 || !c.hotPerKey {
 		r := e.Do(cmd.Args, hot, s.id)
 		if r == nil {

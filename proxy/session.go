@@ -271,6 +271,11 @@ func (s *session) handle(cmd *resp.Command) {
 		s.handleStreaming(cmd, name)
 		return
 	}
+	if c.flushesScripts {
+		// Which nodes hold the deduct scripts, as the hot keys' EVALSHA
+		// last saw: asked again.
+		s.srv.hot.ForgetScripts()
+	}
 	if s.hotCommand(cmd, c, string(name)) {
 		return
 	}

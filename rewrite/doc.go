@@ -33,6 +33,9 @@
 //     into bucket 0 (moves between buckets, below) and taken there. The
 //     reply is the stock left as this proxy sees it, or the script's
 //     declared sold-out value. Any other script on a hot key is refused.
+//     EVALSHA answers NOSCRIPT, nothing taken, when Redis does not hold
+//     the script, as on a plain key (script_held.go says what "hold"
+//     means with buckets on several masters); EVAL makes it hold it.
 //  4. DECR and DECRBY change the sum exactly as a plain key's: what the
 //     buckets cannot cover is moved into bucket 0 and taken there, so
 //     bucket 0 goes negative and the reply is the negative sum. INCR and
