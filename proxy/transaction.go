@@ -21,6 +21,10 @@ type txState struct {
 	// DISCARD since), so Redis queues what the proxy would answer itself.
 	open  bool
 	dirty bool // a command was refused: EXEC must fail
+	// hotKeys are the hot keys its queued steps change (standalone):
+	// the engine forgets what it saw of them once EXEC or DISCARD ends it.
+	hotKeys []string
+	deleted []string // those a queued DEL or UNLINK deletes
 
 	// Cluster mode.
 	watching bool
@@ -53,6 +57,10 @@ func (s *session) endOwnTx(cmd *resp.Command, name string) {
 		s.out = redcon.AppendError(s.out[:mark], rediserr.ExecAbort)
 	} else {
 		s.forward(cmd)
+	}
+	s.flush()
+	for _, k := range s.tx.hotKeys {
+		s.srv.hot.Changed([]byte(k))
 	}
 	s.endTx()
 }
