@@ -119,6 +119,9 @@ func newSession(srv *Server, nc net.Conn, w *clientWriter, id uint64) *session {
 	s.b.DoneCh = make(chan struct{}, 1)
 	s.tx.slot = -1
 	s.cs.RoundTrip = upstream.NewRoundTrip(srv.up.Cluster, id)
+	if srv.up.Cluster == nil {
+		srv.up.Pool.KeepSpare(0) // for the first blocking command in db 0
+	}
 	return s
 }
 

@@ -187,7 +187,6 @@ func (p *Pool) Get(db int, id uint64) (*Conn, error) {
 			slots[i] = &sharedSlot{}
 		}
 		p.conns[db] = slots
-		defer p.refillSpare(db) // a db in use: its first own connection need not wait
 	}
 	p.mu.Unlock()
 

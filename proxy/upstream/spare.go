@@ -53,6 +53,11 @@ func (p *Pool) DialOwn(db int) (net.Conn, *bufio.Reader, error) {
 	return p.Dial(db)
 }
 
+// KeepSpare makes the pool keep a spare connection for db from now on,
+// so that even the first client to need one of its own there takes it
+// without a dial. Cheap when it has one.
+func (p *Pool) KeepSpare(db int) { p.refillSpare(db) }
+
 // take removes db's spare and returns it if it is still usable.
 func (s *spares) take(db int) (spareConn, bool) {
 	s.mu.Lock()
