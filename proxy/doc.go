@@ -19,7 +19,9 @@
 //     because nothing stateful is sent on them.
 //   - own: dialed for a client that needs connection state in Redis
 //     (MULTI, WATCH, blocking commands, pub/sub, MONITOR) and kept for the
-//     rest of its life, in its db and with its name. Pub/sub and MONITOR
+//     rest of its life, in its db and with its name; taken from a spare
+//     dialed in advance (upstream.Pool.DialOwn), so that the command
+//     needing it is not overtaken by what other clients send after it. Pub/sub and MONITOR
 //     switch the session to a stream: a relay goroutine copies whatever
 //     Redis sends.
 //

@@ -292,6 +292,7 @@ func (s *session) selectDB(args [][]byte) {
 		return
 	}
 	s.db, s.shared = int(n), c
+	s.userPool(s.srv.up.Pool).KeepSpare(s.db) // for its first blocking command here
 	s.reply([]byte("+OK\r\n"))
 }
 

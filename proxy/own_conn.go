@@ -190,7 +190,7 @@ func (s *session) watchClient() (stop func() (clientGone bool)) {
 func (s *session) pin(p *upstream.Pool) bool {
 	s.flush()
 	p = s.userPool(p)
-	nc, br, err := p.Dial(s.db)
+	nc, br, err := p.DialOwn(s.db)
 	if err == nil && len(s.name) > 0 {
 		nc.SetDeadline(time.Now().Add(p.DialTimeout()))
 		req := resp.AppendCommand(nil, []byte("CLIENT"), []byte("SETNAME"), s.name)

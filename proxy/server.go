@@ -81,6 +81,11 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	s.hot = rewrite.New(s.up, cfg, log)
+	if s.up.Cluster != nil {
+		// A hot key's EVALSHA loads a script the proxy remembers where
+		// it is missing, as the relay does for a plain key.
+		s.hot.SetScriptMemory(s.up.Cluster.Scripts().Knows)
+	}
 	if s.detect, err = newDetection(cfg.Hotkeys.Detect); err != nil {
 		return nil, err
 	}

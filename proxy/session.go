@@ -150,6 +150,9 @@ func newSession(srv *Server, nc net.Conn, w *clientWriter, id uint64) *session {
 		s.rd.SetAuthRequired(false)
 		s.logIn(srv.up.Logins.Get("", ""))
 	}
+	if srv.up.Cluster == nil {
+		s.userPool(srv.up.Pool).KeepSpare(0) // for the first blocking command in db 0
+	}
 	return s
 }
 
@@ -323,6 +326,11 @@ func (s *session) run(cmd *resp.Command, c *command, name []byte) {
 		s.replyError("ERR " + refusedName(cmd.Args) + " is not allowed inside MULTI through hotkeyproxy")
 		s.tx.dirty = true
 		return
+	}
+	if c.flushesScripts {
+		// Which nodes hold the deduct scripts, as the hot keys' EVALSHA
+		// last saw: asked again.
+		s.srv.hot.ForgetScripts()
 	}
 	if s.hotCommand(cmd, c, string(name)) {
 		return

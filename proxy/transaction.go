@@ -22,6 +22,10 @@ type txState struct {
 	open   bool
 	dirty  bool // a command was refused: EXEC must fail
 	queued int  // commands Redis queued (CLIENT LIST's multi)
+	// hotKeys are the hot keys its queued steps change (standalone):
+	// the engine forgets what it saw of them once EXEC or DISCARD ends it.
+	hotKeys []string
+	deleted []string // those a queued DEL or UNLINK deletes
 
 	// Cluster mode.
 	watching bool
@@ -54,6 +58,10 @@ func (s *session) endOwnTx(cmd *resp.Command, name string) {
 		s.out = redcon.AppendError(s.out[:mark], rediserr.ExecAbort)
 	} else {
 		s.forward(cmd)
+	}
+	s.flush()
+	for _, k := range s.tx.hotKeys {
+		s.srv.hot.Changed([]byte(k))
 	}
 	s.endTx()
 }

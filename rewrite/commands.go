@@ -377,6 +377,9 @@ func (e *Engine) script(h *hotKey, args [][]byte, client uint64) ([]byte, error)
 	if n, ok := resp.ParseInt(args[2]); !ok || n != 1 {
 		return nil, refused(h.name, "a deduct script must name it as its only key")
 	}
+	if err := e.heldCheck(h, s, args); err != nil {
+		return nil, err
+	}
 	amount := s.Amount.Const
 	if s.Amount.ArgvIndex > 0 {
 		i := 3 + s.Amount.ArgvIndex

@@ -33,6 +33,9 @@
 //     into bucket 0 (moves between buckets, below) and taken there. The
 //     reply is the stock left as this proxy sees it, or the script's
 //     declared sold-out value. Any other script on a hot key is refused.
+//     EVALSHA answers NOSCRIPT, nothing taken, when Redis does not hold
+//     the script, as on a plain key (script_held.go says what "hold"
+//     means with buckets on several masters); EVAL makes it hold it.
 //  4. DECR and DECRBY change the sum exactly as a plain key's: what the
 //     buckets cannot cover is moved into bucket 0 and taken there, so
 //     bucket 0 goes negative and the reply is the negative sum. INCR and
@@ -42,7 +45,10 @@
 //     are answered by the key itself; DEL, UNLINK, EXPIRE, PEXPIRE,
 //     EXPIREAT, PEXPIREAT and PERSIST are applied to the buckets too.
 //  6. Any other command on a hot key (HSET, LPUSH, INCRBYFLOAT…) is
-//     refused with an error that names the key.
+//     refused with an error that names the key. Inside MULTI, in
+//     standalone mode, the commands of 2 to 5 but SET are queued as one
+//     Lua step over the key and its buckets (TxStep, tx.go); in cluster
+//     mode a hot key inside MULTI is refused.
 //  7. No oversell: stock leaves a bucket only by a Lua step that never
 //     takes it below zero, or by the debt of point 4. No false sold-out:
 //     "sold out" is concluded only from Redis, by two fresh reads of

@@ -55,6 +55,10 @@ type Engine struct {
 	// conversion once Redis has answered it (SetMoveHook).
 	moveHook atomic.Pointer[func(step string)]
 	log      *slog.Logger
+	// held: which nodes hold which declared deduct scripts, as last
+	// seen; remembers: SetScriptMemory's (script_held.go).
+	held      heldScripts
+	remembers atomic.Pointer[func(sha []byte) bool]
 
 	mu   sync.Mutex
 	keys map[string]*hotKey

@@ -13,7 +13,8 @@
 // goroutine hands each Batch its replies in FIFO order. Replies are
 // framed, never decoded, so they reach clients as Redis sent them. Only
 // stateless requests may go on a Conn; a client that needs connection
-// state (MULTI, blocking commands, pub/sub) dials its own with Pool.Dial.
+// state (MULTI, blocking commands, pub/sub) takes its own with
+// Pool.DialOwn, from a spare dialed in advance per db (spare.go).
 //
 // Failures: a Redis error reply is an answer, and the connection stays. A
 // transport failure retires the connection and fails every Batch in

@@ -95,6 +95,7 @@ type Pool struct {
 	watch       watchdog
 	quit        chan struct{} // closed by close
 	watched     []*Conn       // the watchdog's scratch
+	spare       spares        // connections dialed in advance for DialOwn
 
 	mu     sync.Mutex
 	conns  map[int][]*sharedSlot // by db
@@ -387,6 +388,7 @@ func (p *Pool) close() {
 	live := p.live
 	p.live = nil
 	p.mu.Unlock()
+	p.spare.close()
 	for _, c := range live {
 		c.close()
 	}
