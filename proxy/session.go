@@ -50,6 +50,11 @@ type session struct {
 	db     int
 	name   []byte
 	authed bool
+	// proto is the protocol the client negotiated with HELLO (RESP2 until
+	// then), which its replies are in, Redis's and the proxy's own: the
+	// shared connections it uses speak it too (see upstreamKey). As
+	// CLIENT LIST's resp field.
+	proto resp.Proto
 
 	out    []byte // replies not yet written to the client
 	w      *clientWriter
@@ -108,6 +113,7 @@ func newSession(srv *Server, nc net.Conn, w *clientWriter, id uint64) *session {
 		id:         id,
 		rd:         resp.NewCommandReader(nc, int(limits.QueryBuffer), int64(limits.MaxBulk)),
 		authed:     srv.config().Password == "",
+		proto:      resp.RESP2,
 		batchMax:   firstBatchCommands,
 		pendingMax: int(limits.MaxPendingOutput),
 		mem:        memAccount{srv: srv},
@@ -431,7 +437,7 @@ func (s *session) sendBatch(block *resp.Command) {
 	default:
 		from := len(s.out)
 		b.Out, b.OKLen, b.Done, b.Err = s.out, from, 0, nil
-		s.srv.up.Pool.Send(&s.shared, s.db, s.id, b)
+		s.srv.up.Pool.Send(&s.shared, s.upstreamKey(), s.id, b)
 		<-b.DoneCh
 		s.out, b.Out = b.Out, nil
 		if b.Err != nil {
@@ -442,6 +448,12 @@ func (s *session) sendBatch(block *resp.Command) {
 		fit := maxPendingOut * n / max(len(s.out)-from, 1)
 		s.batchMax = min(max(fit, 1), max(batchGrowth*n, s.batchMax), maxBatchCommands)
 	}
+}
+
+// upstreamKey names the shared connections the client's requests go on:
+// of its db, in its protocol.
+func (s *session) upstreamKey() upstream.Key {
+	return upstream.Key{DB: s.db, RESP3: s.proto == resp.RESP3}
 }
 
 // failBatch answers requests done..n of a failed batch with an error.

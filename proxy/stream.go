@@ -133,8 +133,8 @@ func (s *session) drainStream() {
 }
 
 // handleStreaming relays everything in stream mode: Redis refuses most
-// commands while subscribed, with its own text. Only a protocol switch is
-// stopped here, since the relay speaks RESP2.
+// commands while a RESP2 client is subscribed, with its own text, and runs
+// any command of a RESP3 one, its replies between the pushes.
 func (s *session) handleStreaming(cmd *resp.Command, name []byte) {
 	switch string(name) {
 	case "config":
@@ -144,13 +144,8 @@ func (s *session) handleStreaming(cmd *resp.Command, name []byte) {
 			return
 		}
 	case "hello":
-		if len(cmd.Args) > 1 && string(cmd.Args[1]) == "3" {
-			// Redis must not switch this connection to RESP3. Version 4
-			// gets the answer the proxy gives HELLO 3 (NOPROTO), or while
-			// subscribed Redis's own refusal, in order with the rest.
-			args := append([][]byte{cmd.Args[0], []byte("4")}, cmd.Args[2:]...)
-			cmd = &resp.Command{Args: args}
-		}
+		s.streamHello(cmd)
+		return
 	case "reset":
 		// RESET ends the stream: relay stops after Redis's +RESET, and
 		// the client is back to request and reply on its own connection.
@@ -169,6 +164,38 @@ func (s *session) handleStreaming(cmd *resp.Command, name []byte) {
 	s.forward(cmd)
 }
 
+// streamHello relays HELLO in stream mode, where Redis answers it: the
+// session follows the protocol switch. A RESP3 client's is always run; a
+// RESP2 one's only when Redis counts no subscription of it (it refuses it
+// otherwise), which the reply to a PING tells first.
+func (s *session) streamHello(cmd *resp.Command) {
+	proto, msg := helloProto(cmd.Args, s.proto)
+	if msg == "" && proto != s.proto && s.proto == resp.RESP2 {
+		nonce := []byte("hotkeyproxy-stream-hello")
+		m := &streamMark{frame: s.streamPing(nonce, true), alt: s.streamPing(nonce, false)}
+		if !s.streamSync(&resp.Command{Args: [][]byte{[]byte("PING"), nonce}}, m) {
+			s.quit = true
+			return
+		}
+		if !m.altHit {
+			proto = s.proto // subscribed: Redis refuses it
+		}
+	}
+	s.forward(cmd)
+	if msg == "" {
+		s.switchShared(proto)
+	}
+}
+
+// streamPing is Redis's reply to PING nonce on a stream: an array in
+// RESP2 while subscribed, else the nonce.
+func (s *session) streamPing(nonce []byte, subscribed bool) []byte {
+	if s.proto == resp.RESP2 && subscribed {
+		return redcon.AppendBulk(redcon.AppendBulk(redcon.AppendArray(nil, 2), []byte("pong")), nonce)
+	}
+	return redcon.AppendBulk(nil, nonce)
+}
+
 // endStream returns the client to request and reply once relay stopped.
 func (s *session) endStream() {
 	s.streaming, s.relayDone = false, nil
@@ -185,7 +212,7 @@ func (s *session) endStream() {
 func (s *session) clusterStream(cmd *resp.Command, c *command) {
 	name := c.name
 	if strings.HasSuffix(name, "unsubscribe") {
-		s.reply(unsubscribeReplies(cmd.Args, name))
+		s.reply(unsubscribeReplies(s.proto, cmd.Args, name))
 		return
 	}
 	t, slot, ok := s.clusterSlot(cmd, c)
@@ -206,7 +233,7 @@ func (s *session) clusterStream(cmd *resp.Command, c *command) {
 		s.cs.hold = true
 		mark := s.ownExchange(cmd, false, false, s.ownOn)
 		s.cs.hold = false
-		if !bytes.HasPrefix(s.out[mark:], []byte("*3\r\n")) {
+		if !bytes.HasPrefix(s.out[mark:], s.proto.AppendPush(nil, 3)) {
 			return
 		}
 		s.startStream()
@@ -223,12 +250,12 @@ func (s *session) clusterStream(cmd *resp.Command, c *command) {
 // unsubscribeReplies is Redis's reply to an unsubscribe command from a
 // client with no subscriptions: one per channel named, or one with a nil
 // channel.
-func unsubscribeReplies(args [][]byte, name string) []byte {
+func unsubscribeReplies(p resp.Proto, args [][]byte, name string) []byte {
 	one := func(b []byte, ch []byte) []byte {
-		b = redcon.AppendArray(b, 3)
+		b = p.AppendPush(b, 3)
 		b = redcon.AppendBulk(b, []byte(name))
 		if ch == nil {
-			b = redcon.AppendNull(b)
+			b = p.AppendNull(b)
 		} else {
 			b = redcon.AppendBulk(b, ch)
 		}
@@ -292,6 +319,11 @@ func (s *session) clusterStreaming(cmd *resp.Command, name string) {
 	}
 	if _, keys, err := s.srv.up.Cluster.Current(); err == nil && len(cs.subs) > 0 {
 		if cs.keyIdx, _ = keys.Keys(cmd.Args, cs.keyIdx[:0]); len(cs.keyIdx) > 0 {
+			var buf [24]byte
+			if c, _ := lookup(cmd.Args, &buf); s.proto == resp.RESP3 && c.route == routeShared {
+				s.streamAside(cmd)
+				return
+			}
 			s.streamReplyError(rediserr.Subscribed(name))
 			return
 		}
@@ -331,12 +363,27 @@ func (s *session) followsSlot(slot uint16) bool {
 // proxy's, after every reply to what it sent before.
 func (s *session) streamReplyError(msg string) {
 	nonce := []byte("hotkeyproxy-stream-sync")
-	frame := redcon.AppendBulk(redcon.AppendBulk(redcon.AppendArray(nil, 2), []byte("pong")), nonce)
-	if !s.streamSync(&resp.Command{Args: [][]byte{[]byte("PING"), nonce}}, &streamMark{frame: frame}) {
+	if !s.streamSync(&resp.Command{Args: [][]byte{[]byte("PING"), nonce}}, &streamMark{frame: s.streamPing(nonce, true)}) {
 		s.quit = true
 		return
 	}
 	s.replyError(msg)
+	s.write()
+}
+
+// streamAside runs a command with keys of a RESP3 subscriber, which Redis
+// 7.0 would run, by slot on the shared connections, once every reply
+// before it reached the client: the node the client streams from may not
+// serve its keys.
+func (s *session) streamAside(cmd *resp.Command) {
+	nonce := []byte("hotkeyproxy-stream-aside")
+	if !s.streamSync(&resp.Command{Args: [][]byte{[]byte("PING"), nonce}}, &streamMark{frame: s.streamPing(nonce, true)}) {
+		s.quit = true
+		return
+	}
+	s.streaming = false // routed by slot, not to the stream's node
+	s.exchange(cmd)
+	s.streaming = true
 	s.write()
 }
 

@@ -58,7 +58,7 @@ func TestConnOrder(t *testing.T) {
 	for c := range clients {
 		wg.Go(func() {
 			for r := range rounds {
-				conn, err := p.Get(0, uint64(c))
+				conn, err := p.Get(Key{}, uint64(c))
 				if err != nil {
 					t.Errorf("client %d: %v", c, err)
 					return
@@ -106,7 +106,7 @@ func TestConnFailure(t *testing.T) {
 	for c := range clients {
 		wg.Go(func() {
 			for r := range rounds {
-				conn, err := p.Get(0, uint64(c))
+				conn, err := p.Get(Key{}, uint64(c))
 				if err != nil {
 					t.Errorf("client %d: %v", c, err)
 					return
@@ -161,7 +161,7 @@ func TestDialFailureShared(t *testing.T) {
 	start := time.Now()
 	for c := range clients {
 		wg.Go(func() {
-			_, err := p.Get(0, uint64(c))
+			_, err := p.Get(Key{}, uint64(c))
 			if text := ErrorText(err); err == nil || !strings.HasPrefix(text, "ERR upstream unavailable") {
 				t.Errorf("Get: %v", err)
 			}
@@ -213,7 +213,7 @@ func TestDial(t *testing.T) {
 			m := Metrics{}.orNowhere().Node(be.Addr())
 			p := testPool(t, tc.d, 1, m)
 			before := len(be.Received())
-			_, err := p.Get(tc.db, 0)
+			_, err := p.Get(Key{DB: tc.db}, 0)
 			var lines []string
 			for _, cmd := range be.Received()[before:] {
 				lines = append(lines, strings.Join(cmd, " "))
@@ -238,13 +238,13 @@ func TestDial(t *testing.T) {
 			}
 			// Past a db Redis refused, no dial.
 			conns := be.Conns()
-			if _, err2 := p.Get(tc.db+1, 0); err2 == nil || err2.Error() != err.Error() {
+			if _, err2 := p.Get(Key{DB: tc.db + 1}, 0); err2 == nil || err2.Error() != err.Error() {
 				t.Errorf("Get(%d) after %v: %v", tc.db+1, err, err2)
 			}
 			if be.Conns() != conns {
 				t.Errorf("Get of a db past a refused one dialed")
 			}
-			if _, err := p.Get(tc.db-1, 0); err != nil {
+			if _, err := p.Get(Key{DB: tc.db - 1}, 0); err != nil {
 				t.Errorf("Get(%d): %v", tc.db-1, err)
 			}
 		})
@@ -259,7 +259,7 @@ func TestPoolClose(t *testing.T) {
 	}})
 	m := Metrics{}.orNowhere().Node(be.Addr())
 	p := testPool(t, dialer{addr: be.Addr()}, 1, m)
-	conn, err := p.Get(0, 0)
+	conn, err := p.Get(Key{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +270,7 @@ func TestPoolClose(t *testing.T) {
 	if !errors.Is(b.Err, ErrClosed) || !conn.Failed() {
 		t.Errorf("batch in flight at Close: %v, failed %v", b.Err, conn.Failed())
 	}
-	if _, err := p.Get(0, 0); !errors.Is(err, ErrClosed) {
+	if _, err := p.Get(Key{}, 0); !errors.Is(err, ErrClosed) {
 		t.Errorf("Get after Close: %v", err)
 	}
 	conn.Send(b)
@@ -313,7 +313,7 @@ func BenchmarkConnSend(b *testing.B) {
 			b.SetParallelism(32)
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
-				conn, err := p.Get(0, ids.Add(1))
+				conn, err := p.Get(Key{}, ids.Add(1))
 				if err != nil {
 					b.Error(err)
 					return
