@@ -148,31 +148,8 @@ func (s *session) hello(args [][]byte) {
 		s.forward(&resp.Command{Args: args}) // Redis queues it
 		return
 	}
-	next := min(len(args), 2)
-	var user, pass, name []byte
-	for j := next; j < len(args); j++ {
-		more := len(args) - 1 - j
-		switch {
-		case bytes.EqualFold(args[j], []byte("auth")) && more >= 2:
-			user, pass = args[j+1], args[j+2]
-			j += 2
-		case bytes.EqualFold(args[j], []byte("setname")) && more >= 1:
-			name = args[j+1]
-			j++
-		default:
-			s.replyError(rediserr.HelloOption(string(args[j])))
-			return
-		}
-	}
-	if user != nil && !s.checkAuth(user, pass) {
-		s.authFailed()
-		return
-	}
-	if !s.authed {
-		s.replyError(rediserr.HelloNoAuth)
-		return
-	}
-	if name != nil && !s.setName(name) {
+	name, ok := s.helloOptions(args)
+	if !ok {
 		return
 	}
 	s.flush()
@@ -191,11 +168,50 @@ func (s *session) hello(args [][]byte) {
 		return
 	}
 	mark := s.exchange(&resp.Command{Args: hello})
-	reply := patchHelloID(s.out[mark:], s.id)
+	s.out = append(s.out[:mark], s.helloReply(s.out[mark:])...)
+}
+
+// helloOptions applies HELLO's AUTH and SETNAME, as Redis 7.0 checks
+// them, and returns the name set, if any; or answers why not.
+func (s *session) helloOptions(args [][]byte) (name []byte, ok bool) {
+	next := min(len(args), 2)
+	var user, pass []byte
+	for j := next; j < len(args); j++ {
+		more := len(args) - 1 - j
+		switch {
+		case bytes.EqualFold(args[j], []byte("auth")) && more >= 2:
+			user, pass = args[j+1], args[j+2]
+			j += 2
+		case bytes.EqualFold(args[j], []byte("setname")) && more >= 1:
+			name = args[j+1]
+			j++
+		default:
+			s.replyError(rediserr.HelloOption(string(args[j])))
+			return nil, false
+		}
+	}
+	if user != nil && !s.checkAuth(user, pass) {
+		s.authFailed()
+		return nil, false
+	}
+	if !s.authed {
+		s.replyError(rediserr.HelloNoAuth)
+		return nil, false
+	}
+	if name != nil && !s.setName(name) {
+		return nil, false
+	}
+	return name, true
+}
+
+// helloReply is Redis's HELLO reply as the client must see it: with its
+// proxy id, from a standalone server.
+func (s *session) helloReply(reply []byte) []byte {
+	reply = patchHelloID(reply, s.id)
 	if s.srv.up.Cluster != nil {
 		reply = standaloneHello(reply)
 	}
-	s.out = append(s.out[:mark], reply...)
+	return reply
 }
 
 // setProto switches the client's requests to shared connections in

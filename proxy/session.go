@@ -277,6 +277,12 @@ func (s *session) handle(cmd *resp.Command) {
 		s.handleStreaming(cmd, name)
 		return
 	}
+	s.route(cmd, c, name)
+}
+
+// route runs cmd as its command c says: on a hot key, by slot, answered
+// here, or relayed on a shared or the client's own connection.
+func (s *session) route(cmd *resp.Command, c *command, name []byte) {
 	if s.hotCommand(cmd, c, string(name)) {
 		return
 	}

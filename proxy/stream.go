@@ -37,6 +37,18 @@ type streamMark struct {
 	// refusing the request because the client is still subscribed.
 	alt    []byte
 	altHit bool // set by relay before seen is closed
+	// prefix: the reply is one that starts with frame (HELLO's, whose id
+	// varies). patch, if set, rewrites a reply passed on.
+	prefix bool
+	patch  func([]byte) []byte
+}
+
+// matches reports whether frame is the reply m waits for.
+func (m *streamMark) matches(frame []byte) bool {
+	if m.prefix {
+		return bytes.HasPrefix(frame, m.frame)
+	}
+	return bytes.Equal(frame, m.frame)
 }
 
 // streamSync sends req, whose reply is m's frame, and waits until relay has
@@ -71,9 +83,12 @@ func (s *session) relay(own *ownConn) {
 		if m := s.mark.Load(); err == nil && m != nil {
 			frame := buf[start:]
 			m.altHit = m.alt != nil && bytes.Equal(frame, m.alt)
-			if m.altHit || bytes.Equal(frame, m.frame) {
-				if !m.pass || m.altHit {
+			if m.altHit || m.matches(frame) {
+				switch {
+				case !m.pass || m.altHit:
 					buf = buf[:start]
+				case m.patch != nil:
+					buf = append(buf[:start], m.patch(bytes.Clone(frame))...)
 				}
 				buf, err = s.relayWrite(buf)
 				s.mark.Store(nil)
@@ -164,26 +179,37 @@ func (s *session) handleStreaming(cmd *resp.Command, name []byte) {
 	s.forward(cmd)
 }
 
-// streamHello relays HELLO in stream mode, where Redis answers it: the
-// session follows the protocol switch. A RESP3 client's is always run; a
-// RESP2 one's only when Redis counts no subscription of it (it refuses it
-// otherwise), which the reply to a PING tells first.
+// streamHello answers HELLO in stream mode, in order with the stream.
+// Redis runs a RESP3 client's, and a RESP2 one's only when it counts no
+// subscription of it (else it refuses it, with its own text), which the
+// reply to a PING tells first. The session checks the options as it does
+// for any client, follows the switch, and the client gets Redis's reply
+// with its proxy id.
 func (s *session) streamHello(cmd *resp.Command) {
 	proto, msg := helloProto(cmd.Args, s.proto)
-	if msg == "" && proto != s.proto && s.proto == resp.RESP2 {
-		nonce := []byte("hotkeyproxy-stream-hello")
-		m := &streamMark{frame: s.streamPing(nonce, true), alt: s.streamPing(nonce, false)}
-		if !s.streamSync(&resp.Command{Args: [][]byte{[]byte("PING"), nonce}}, m) {
-			s.quit = true
-			return
-		}
-		if !m.altHit {
-			proto = s.proto // subscribed: Redis refuses it
-		}
+	nonce := []byte("hotkeyproxy-stream-hello")
+	m := &streamMark{frame: s.streamPing(nonce, true), alt: s.streamPing(nonce, false)}
+	if !s.streamSync(&resp.Command{Args: [][]byte{[]byte("PING"), nonce}}, m) {
+		s.quit = true
+		return
 	}
-	s.forward(cmd)
-	if msg == "" {
-		s.switchShared(proto)
+	if msg != "" || s.proto == resp.RESP2 && !m.altHit {
+		s.forward(cmd) // Redis's refusal, or its error for the version
+		return
+	}
+	name, ok := s.helloOptions(cmd.Args)
+	if !ok {
+		s.write()
+		return
+	}
+	hello := [][]byte{[]byte("HELLO"), protoArg(proto)}
+	if name != nil {
+		hello = append(hello, []byte("SETNAME"), name)
+	}
+	s.switchShared(proto)
+	head := append(proto.AppendMap(nil, 7), "$6\r\nserver\r\n"...)
+	if !s.streamSync(&resp.Command{Args: hello}, &streamMark{frame: head, prefix: true, pass: true, patch: s.helloReply}) {
+		s.quit = true
 	}
 }
 
@@ -317,13 +343,13 @@ func (s *session) clusterStreaming(cmd *resp.Command, name string) {
 	case "monitor":
 		cs.monitor = true
 	}
+	var buf [24]byte
+	if c, lname := lookup(cmd.Args, &buf); s.proto == resp.RESP3 && name != "ping" && (c.route == routeShared || c.route == routeLocal) {
+		s.streamAside(cmd, c, lname)
+		return
+	}
 	if _, keys, err := s.srv.up.Cluster.Current(); err == nil && len(cs.subs) > 0 {
 		if cs.keyIdx, _ = keys.Keys(cmd.Args, cs.keyIdx[:0]); len(cs.keyIdx) > 0 {
-			var buf [24]byte
-			if c, _ := lookup(cmd.Args, &buf); s.proto == resp.RESP3 && c.route == routeShared {
-				s.streamAside(cmd)
-				return
-			}
 			s.streamReplyError(rediserr.Subscribed(name))
 			return
 		}
@@ -371,18 +397,21 @@ func (s *session) streamReplyError(msg string) {
 	s.write()
 }
 
-// streamAside runs a command with keys of a RESP3 subscriber, which Redis
-// 7.0 would run, by slot on the shared connections, once every reply
+// streamAside runs a command of a RESP3 subscriber in cluster mode, which
+// Redis 7.0 would run, as it runs for a client that is not subscribed (by
+// slot on the shared connections, or answered here), once every reply
 // before it reached the client: the node the client streams from may not
-// serve its keys.
-func (s *session) streamAside(cmd *resp.Command) {
+// serve its keys, and must not be seen as a cluster node. c is a command
+// that needs no connection of its own.
+func (s *session) streamAside(cmd *resp.Command, c *command, name []byte) {
 	nonce := []byte("hotkeyproxy-stream-aside")
 	if !s.streamSync(&resp.Command{Args: [][]byte{[]byte("PING"), nonce}}, &streamMark{frame: s.streamPing(nonce, true)}) {
 		s.quit = true
 		return
 	}
-	s.streaming = false // routed by slot, not to the stream's node
-	s.exchange(cmd)
+	s.streaming = false
+	s.route(cmd, c, name)
+	s.flush()
 	s.streaming = true
 	s.write()
 }
