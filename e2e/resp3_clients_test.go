@@ -1,0 +1,151 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hotkeyproxy/hotkeyproxy/config"
+)
+
+// resp3HotKey is the hot key of the RESP3 client sessions.
+const resp3HotKey = "stock:resp3:1"
+
+// withRESP3HotKey marks resp3HotKey hot, in 4 buckets.
+func withRESP3HotKey(c *config.Config) {
+	c.Hotkeys.Keys = append(c.Hotkeys.Keys, config.KeyRule{Match: resp3HotKey, Buckets: 4, Route: config.RouteRandom})
+}
+
+// TestClientsGoRedisRESP3: go-redis v9 with its default options, which
+// negotiate RESP3 (HELLO 3 at connect), runs the usual session and what
+// RESP3 changes (maps, doubles, sets, nulls, the proxy's own replies, a
+// hot key, pub/sub) through the proxy, in both upstream modes.
+func TestClientsGoRedisRESP3(t *testing.T) {
+	t.Run("standalone", func(t *testing.T) {
+		e := startEnv(t, withRESP3HotKey)
+		direct := redis.NewClient(&redis.Options{Addr: e.Redis.Addr(), Protocol: 2})
+		t.Cleanup(func() { direct.Close() })
+		goRedisRESP3(t, e.ProxyAddr(), direct)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		e := startClusterEnv(t, withRESP3HotKey)
+		direct := redis.NewClusterClient(&redis.ClusterOptions{Addrs: e.Cluster.Seeds(), Protocol: 2, MaxRetries: -1})
+		t.Cleanup(func() { direct.Close() })
+		goRedisRESP3(t, e.ProxyAddr(), direct)
+	})
+}
+
+func goRedisRESP3(t *testing.T, addr string, direct redis.UniversalClient) {
+	rec := &cmdRecorder{}
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	rdb.AddHook(rec)
+	t.Cleanup(func() { rdb.Close() })
+	goRedisSession(t, rdb, direct)
+	hello := rec.find("hello")
+	if len(hello) == 0 || strings.Contains(hello[0], "->") || !strings.HasPrefix(hello[0], "hello 3") {
+		t.Fatalf("go-redis connect-time HELLO: %q; want HELLO 3 accepted", hello)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
+	defer cancel()
+	t.Run("hello", func(t *testing.T) {
+		m, err := rdb.Do(ctx, "HELLO", "3").Result()
+		mustOK(t, "HELLO 3", err)
+		fields, ok := m.(map[any]any)
+		if !ok {
+			t.Fatalf("HELLO 3 = %T %v, want a map", m, m)
+		}
+		equal(t, "HELLO 3 proto", fields["proto"], int64(3))
+		equal(t, "HELLO 3 mode", fields["mode"], "standalone")
+		id, err := rdb.ClientID(ctx).Result()
+		mustOK(t, "CLIENT ID", err)
+		if fields["id"] != id {
+			t.Errorf("HELLO id %v, CLIENT ID %d on another connection of the pool: want the proxy's ids", fields["id"], id)
+		}
+	})
+	t.Run("types", func(t *testing.T) {
+		mustOK(t, "HSET", rdb.HSet(ctx, "r3:h", "a", "1", "b", "2").Err())
+		h, err := rdb.HGetAll(ctx, "r3:h").Result()
+		mustOK(t, "HGETALL", err)
+		equal(t, "HGETALL", h, map[string]string{"a": "1", "b": "2"})
+		mustOK(t, "ZADD", rdb.ZAdd(ctx, "r3:z", redis.Z{Score: 1.5, Member: "m"}).Err())
+		score, err := rdb.ZScore(ctx, "r3:z", "m").Result()
+		mustOK(t, "ZSCORE", err)
+		equal(t, "ZSCORE", score, 1.5)
+		zs, err := rdb.ZRangeWithScores(ctx, "r3:z", 0, -1).Result()
+		mustOK(t, "ZRANGE WITHSCORES", err)
+		equal(t, "ZRANGE WITHSCORES", zs, []redis.Z{{Score: 1.5, Member: "m"}})
+		raw, err := rdb.Do(ctx, "ZSCORE", "r3:z", "m").Result()
+		mustOK(t, "ZSCORE raw", err)
+		equal(t, "ZSCORE as a RESP3 double", raw, 1.5)
+		mustOK(t, "SADD", rdb.SAdd(ctx, "r3:s", "x").Err())
+		set, err := rdb.SMembers(ctx, "r3:s").Result()
+		mustOK(t, "SMEMBERS", err)
+		equal(t, "SMEMBERS", set, []string{"x"})
+		if err := rdb.HGet(ctx, "r3:h", "nope").Err(); err != redis.Nil {
+			t.Errorf("HGET of a missing field: %v, want redis.Nil", err)
+		}
+		cfg, err := rdb.ConfigGet(ctx, "maxmemory-policy").Result()
+		mustOK(t, "CONFIG GET", err)
+		equal(t, "CONFIG GET", cfg, map[string]string{"maxmemory-policy": "noeviction"})
+		info, err := rdb.Info(ctx, "server").Result()
+		mustOK(t, "INFO", err)
+		if !strings.Contains(info, "redis_version:") || strings.Contains(info, "# Proxy") {
+			t.Errorf("INFO server = %.200q", info)
+		}
+		all, err := rdb.Info(ctx).Result()
+		mustOK(t, "INFO", err)
+		if !strings.Contains(all, "# Proxy\r\n") || strings.HasPrefix(all, "txt:") {
+			t.Errorf("INFO = %.200q…, want Redis's text with the proxy's section", all)
+		}
+	})
+	t.Run("hot-key", func(t *testing.T) {
+		if err := rdb.Get(ctx, resp3HotKey).Err(); err != redis.Nil {
+			t.Errorf("GET of a missing hot key: %v, want redis.Nil", err)
+		}
+		mustOK(t, "SET", rdb.Set(ctx, resp3HotKey, 100, 0).Err())
+		n, err := rdb.DecrBy(ctx, resp3HotKey, 7).Result()
+		mustOK(t, "DECRBY", err)
+		equal(t, "DECRBY", n, int64(93))
+		v, err := rdb.Get(ctx, resp3HotKey).Result()
+		mustOK(t, "GET", err)
+		equal(t, "GET", v, "93")
+		vals, err := rdb.MGet(ctx, resp3HotKey, "r3:missing").Result()
+		mustOK(t, "MGET", err)
+		equal(t, "MGET", vals, []any{"93", nil})
+		rep, err := rdb.Do(ctx, "PROXY", "HOTKEYS").Result()
+		mustOK(t, "PROXY HOTKEYS", err)
+		keys, ok := rep.([]any)
+		if !ok || len(keys) != 1 {
+			t.Fatalf("PROXY HOTKEYS = %v, want one key", rep)
+		}
+		if m, ok := keys[0].(map[any]any); !ok || m["key"] != resp3HotKey || m["sum"] != "93" {
+			t.Errorf("PROXY HOTKEYS key = %v, want a map with key %s, sum 93", keys[0], resp3HotKey)
+		}
+		pc, err := rdb.Do(ctx, "PROXY", "CONFIG", "GET", "upstream.mode").Result()
+		mustOK(t, "PROXY CONFIG GET", err)
+		if m, ok := pc.(map[any]any); !ok || len(m) != 1 {
+			t.Errorf("PROXY CONFIG GET upstream.mode = %v, want a map of one", pc)
+		}
+	})
+	t.Run("pubsub", func(t *testing.T) {
+		ps := rdb.Subscribe(ctx, "r3:ch")
+		defer ps.Close()
+		if _, err := ps.Receive(ctx); err != nil {
+			t.Fatalf("SUBSCRIBE: %v", err)
+		}
+		ch := ps.Channel()
+		mustOK(t, "PUBLISH", rdb.Publish(ctx, "r3:ch", "hi").Err())
+		select {
+		case m := <-ch:
+			equal(t, "message", m.Payload, "hi")
+		case <-time.After(clientTimeout):
+			t.Fatal("no message")
+		}
+		// RESP3: a command on the subscribed connection is answered.
+		mustOK(t, "PING while subscribed", ps.Ping(ctx, "x"))
+	})
+}
