@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"context"
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -148,4 +151,29 @@ func goRedisRESP3(t *testing.T, addr string, direct redis.UniversalClient) {
 		// RESP3: a command on the subscribed connection is answered.
 		mustOK(t, "PING while subscribed", ps.Ping(ctx, "x"))
 	})
+}
+
+// TestClientsNodeRedisRESP3 runs clients/node/node_redis_session.js, a
+// node-redis session with RESP: 3, through the proxy, both modes.
+func TestClientsNodeRedisRESP3(t *testing.T) {
+	dir := filepath.Join("clients", "node")
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@redis", "client", "package.json")); err != nil {
+		t.Fatalf("@redis/client is not installed in e2e/clients/node (%v): run `npm ci --prefix e2e/clients/node` from the repository root", err)
+	}
+	node := lookTool(t, "node", "Node.js 20 or later")
+	for _, mode := range []string{config.ModeStandalone, config.ModeCluster} {
+		t.Run(mode, func(t *testing.T) {
+			addr := ""
+			if mode == config.ModeCluster {
+				addr = startClusterEnv(t, withRESP3HotKey).ProxyAddr()
+			} else {
+				addr = startEnv(t, withRESP3HotKey).ProxyAddr()
+			}
+			c := newClientCmd(t, node, "node_redis_session.js", proxyPort(t, addr), resp3HotKey)
+			c.Dir = dir
+			if out := c.run(t); !strings.Contains(out, "\nOK\n") {
+				t.Fatal(c.describe(errors.New("exited 0 without printing OK")))
+			}
+		})
+	}
 }
