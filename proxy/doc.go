@@ -7,12 +7,14 @@
 // certificates, swapped by Apply, so a reload changes new handshakes
 // only), or both. A session reads all the commands a client has
 // pipelined (resp.CommandReader), routes each by the command table in
-// commands.go, and sends the relayed ones upstream as one batch. Replies are framed, never decoded (resp.ReadReply), so status,
-// bulk, nil and error replies reach the client as Redis sent them.
+// commands.go, and sends the relayed ones upstream as one batch. Replies
+// are framed, never decoded (resp.ReadReply), so status, bulk, nil and
+// error replies, and RESP3's types, reach the client as Redis sent them.
 //
 // Upstream connections come in two kinds:
 //
-//   - shared (package upstream): a few per db, multiplexing many clients. The
+//   - shared (package upstream): a few per db and protocol, multiplexing
+//     many clients. The
 //     first session with a batch to send writes it, together with whatever
 //     other sessions queued meanwhile; one reader goroutine hands each batch
 //     its replies in FIFO order. Clients never see each other's state
@@ -26,8 +28,20 @@
 // What Redis keeps per connection but the proxy must keep per client on
 // shared connections (AUTH, HELLO, SELECT, CLIENT ID/SETNAME/GETNAME,
 // RESET, QUIT) is answered by the session with Redis 7.0's replies and
-// error texts. The proxy speaks RESP2 only: HELLO 3 gets NOPROTO, from which
-// clients fall back.
+// error texts.
+//
+// Protocols: each client speaks RESP2 until HELLO 3, and RESP3 until HELLO
+// 2 or RESET (session.proto). Its requests go to shared connections of its
+// protocol, and its own connection said HELLO 3 when dialed or switches
+// with it, so Redis's replies come in its protocol. What the session makes
+// itself is built with resp.Proto's methods (maps, nulls, pushes, verbatim
+// strings as Redis 7.0 shapes them in either); the hot-key engine speaks
+// RESP2 upstream, and its replies are adapted (nil → null). A RESP3 client
+// may run any command while subscribed: in standalone mode on the stream's
+// connection, in cluster mode routed by slot once the stream is in step
+// (streamAside). RESP3 pushes that arrive on an own connection between
+// replies (a message, an invalidation) are passed on where they came and
+// count as no reply.
 //
 // Limits: a session stops reading a client while more than
 // limits.max_pending_output of replies wait for it, as long as the client

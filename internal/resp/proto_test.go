@@ -75,8 +75,8 @@ func TestReplyViewsRESP3(t *testing.T) {
 	}
 	for in, want := range map[string]string{
 		">3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$1\r\nm\r\n": "message",
-		">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n":   "invalidate",
-		">3\r\n$9\r\nsubscribe\r\n$1\r\nc\r\n:1\r\n":      "subscribe",
+		">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n":  "invalidate",
+		">3\r\n$9\r\nsubscribe\r\n$1\r\nc\r\n:1\r\n":    "subscribe",
 	} {
 		if got, ok := resp.PushKind([]byte(in)); !ok || string(got) != want {
 			t.Errorf("PushKind(%q) = %q, %v; want %q", in, got, ok, want)
