@@ -177,3 +177,43 @@ func TestClientsNodeRedisRESP3(t *testing.T) {
 		})
 	}
 }
+
+// TestRESP3SubscriberHotKey: a RESP3 subscriber's commands on a hot key
+// are served with its buckets, between the pushes, both modes.
+func TestRESP3SubscriberHotKey(t *testing.T) {
+	for _, mode := range []string{config.ModeStandalone, config.ModeCluster} {
+		t.Run(mode, func(t *testing.T) {
+			addr := ""
+			if mode == config.ModeCluster {
+				addr = startClusterEnv(t, withRESP3HotKey).ProxyAddr()
+			} else {
+				addr = startEnv(t, withRESP3HotKey).ProxyAddr()
+			}
+			c, pub := dialRaw(t, addr), dialRaw(t, addr)
+			if r := c.do("HELLO", "3"); !strings.HasPrefix(r, "%7\r\n") {
+				t.Fatalf("HELLO 3: %q", r)
+			}
+			steps := []struct{ args, want string }{
+				{"SET " + resp3HotKey + " 10", "+OK\r\n"},
+				{"SUBSCRIBE ch", ">3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n"},
+				{"DECRBY " + resp3HotKey + " 3", ":7\r\n"},
+				{"GET " + resp3HotKey, "$1\r\n7\r\n"},
+				{"MGET " + resp3HotKey + " r3:none", "*2\r\n$1\r\n7\r\n_\r\n"},
+				{"GET r3:none", "_\r\n"},
+				{"DEL " + resp3HotKey, ":1\r\n"},
+				{"GET " + resp3HotKey, "_\r\n"},
+			}
+			for _, s := range steps {
+				if got := c.do(strings.Fields(s.args)...); got != s.want {
+					t.Errorf("%s while subscribed: %q, want %q", s.args, got, s.want)
+				}
+			}
+			if r := pub.do("PUBLISH", "ch", "m"); r != ":1\r\n" {
+				t.Errorf("PUBLISH: %q", r)
+			}
+			if got := c.readReplies(1); got != ">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$1\r\nm\r\n" {
+				t.Errorf("message: %q", got)
+			}
+		})
+	}
+}

@@ -176,6 +176,12 @@ func (s *session) handleStreaming(cmd *resp.Command, name []byte) {
 		s.clusterStreaming(cmd, string(name))
 		return
 	}
+	if s.proto == resp.RESP3 && s.namesHotKey(cmd) {
+		var buf [24]byte
+		c, lname := lookup(cmd.Args, &buf)
+		s.streamAside(cmd, c, lname)
+		return
+	}
 	s.forward(cmd)
 }
 
@@ -397,23 +403,47 @@ func (s *session) streamReplyError(msg string) {
 	s.write()
 }
 
-// streamAside runs a command of a RESP3 subscriber in cluster mode, which
-// Redis 7.0 would run, as it runs for a client that is not subscribed (by
-// slot on the shared connections, or answered here), once every reply
-// before it reached the client: the node the client streams from may not
-// serve its keys, and must not be seen as a cluster node. c is a command
-// that needs no connection of its own.
+// streamAside runs a command of a RESP3 subscriber, which Redis 7.0
+// would run, as it runs for a client that is not subscribed, once every
+// reply before it reached the client: in cluster mode by slot on the
+// shared connections or answered here (the node the client streams from
+// may not serve its keys, and must not be seen as a cluster node); on a
+// hot key, with its buckets. c is a command that needs no connection of
+// its own.
 func (s *session) streamAside(cmd *resp.Command, c *command, name []byte) {
 	nonce := []byte("hotkeyproxy-stream-aside")
 	if !s.streamSync(&resp.Command{Args: [][]byte{[]byte("PING"), nonce}}, &streamMark{frame: s.streamPing(nonce, true)}) {
 		s.quit = true
 		return
 	}
-	s.streaming = false
+	// Neither the stream nor, in standalone mode, the connection relay
+	// reads may take it: the shared connections do (s.own is kept for
+	// abort in ownNC).
+	own := s.own
+	s.streaming, s.own = false, nil
 	s.route(cmd, c, name)
 	s.flush()
-	s.streaming = true
+	s.streaming, s.own = true, own
 	s.write()
+}
+
+// namesHotKey reports whether cmd names a hot key, by the command table.
+func (s *session) namesHotKey(cmd *resp.Command) bool {
+	e := s.srv.hot
+	if s.db != 0 || !e.Any() {
+		return false
+	}
+	table := s.srv.up.KeyTable()
+	if table == nil {
+		return false
+	}
+	idx, _ := table.Keys(cmd.Args, s.keysBuf[:0])
+	for _, i := range idx {
+		if e.Hot(cmd.Args[i]) {
+			return true
+		}
+	}
+	return false
 }
 
 // tryEndStream ends the stream once the proxy counts no subscription
