@@ -30,7 +30,12 @@ func TestCorpusRESP3(t *testing.T) {
 	proxied := corpusTarget{addr: e.ProxyAddr(), servers: []string{e.Redis.Addr()}, resp3: true}
 
 	var cases []corpusCase
-	for _, c := range append(corpusCases(), resp3Cases()...) {
+	// A push Redis sends between replies on a connection of the client's
+	// own (a key invalidation) reaches it where it came. In front of a
+	// cluster, the client's reads do not go on that connection.
+	push := tc("resp3/push-between-replies", "CLIENT TRACKING ON", "GET k", on(1, cmds("SET k v")...), raw(corpusCmd("PING"), 2),
+		"GET k", on(1, cmds("DEL k")...), raw(corpusCmd("MULTI")+corpusCmd("GET", "k")+corpusCmd("EXEC"), 4))
+	for _, c := range slices.Concat(corpusCases(), resp3Cases(), []corpusCase{push}) {
 		if !resp2Only[c.name] {
 			cases = append(cases, c)
 		}
