@@ -22,6 +22,16 @@ func withRESP3HotKey(c *config.Config) {
 	c.Hotkeys.Keys = append(c.Hotkeys.Keys, config.KeyRule{Match: resp3HotKey, Buckets: 4, Route: config.RouteRandom})
 }
 
+// resp3Proxy starts a proxy over an upstream of mode, with resp3HotKey
+// hot, and returns its address.
+func resp3Proxy(t *testing.T, mode string) string {
+	t.Helper()
+	if mode == config.ModeCluster {
+		return startClusterEnv(t, withRESP3HotKey).ProxyAddr()
+	}
+	return startEnv(t, withRESP3HotKey).ProxyAddr()
+}
+
 // TestClientsGoRedisRESP3: go-redis v9 with its default options, which
 // negotiate RESP3 (HELLO 3 at connect), runs the usual session and what
 // RESP3 changes (maps, doubles, sets, nulls, the proxy's own replies, a
@@ -163,12 +173,7 @@ func TestClientsNodeRedisRESP3(t *testing.T) {
 	node := lookTool(t, "node", "Node.js 20 or later")
 	for _, mode := range []string{config.ModeStandalone, config.ModeCluster} {
 		t.Run(mode, func(t *testing.T) {
-			addr := ""
-			if mode == config.ModeCluster {
-				addr = startClusterEnv(t, withRESP3HotKey).ProxyAddr()
-			} else {
-				addr = startEnv(t, withRESP3HotKey).ProxyAddr()
-			}
+			addr := resp3Proxy(t, mode)
 			c := newClientCmd(t, node, "node_redis_session.js", proxyPort(t, addr), resp3HotKey)
 			c.Dir = dir
 			if out := c.run(t); !strings.Contains(out, "\nOK\n") {
@@ -183,12 +188,7 @@ func TestClientsNodeRedisRESP3(t *testing.T) {
 func TestRESP3SubscriberHotKey(t *testing.T) {
 	for _, mode := range []string{config.ModeStandalone, config.ModeCluster} {
 		t.Run(mode, func(t *testing.T) {
-			addr := ""
-			if mode == config.ModeCluster {
-				addr = startClusterEnv(t, withRESP3HotKey).ProxyAddr()
-			} else {
-				addr = startEnv(t, withRESP3HotKey).ProxyAddr()
-			}
+			addr := resp3Proxy(t, mode)
 			c, pub := dialRaw(t, addr), dialRaw(t, addr)
 			if r := c.do("HELLO", "3"); !strings.HasPrefix(r, "%7\r\n") {
 				t.Fatalf("HELLO 3: %q", r)
