@@ -74,3 +74,16 @@ func TestOutOfBand(t *testing.T) {
 		}
 	}
 }
+
+func TestMaskSecretsRESP3(t *testing.T) {
+	for in, want := range map[string]string{
+		"%2\r\n$11\r\nrequirepass\r\n$3\r\nabc\r\n$9\r\nmaxmemory\r\n$1\r\n0\r\n": "%2\r\n$11\r\nrequirepass\r\n$6\r\n******\r\n$9\r\nmaxmemory\r\n$1\r\n0\r\n",
+		"*2\r\n$10\r\nmasterauth\r\n$1\r\nx\r\n":                                  "*2\r\n$10\r\nmasterauth\r\n$6\r\n******\r\n",
+		"%0\r\n":                                                                  "%0\r\n",
+		"-ERR nope\r\n":                                                           "-ERR nope\r\n",
+	} {
+		if got := string(maskSecrets([]byte(in))); got != want {
+			t.Errorf("maskSecrets(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
