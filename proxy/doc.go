@@ -14,10 +14,9 @@
 // Upstream connections come in two kinds:
 //
 //   - shared (package upstream): a few per db and protocol, multiplexing
-//     many clients. The
-//     first session with a batch to send writes it, together with whatever
-//     other sessions queued meanwhile; one reader goroutine hands each batch
-//     its replies in FIFO order. Clients never see each other's state
+//     many clients. The first session with a batch to send writes it,
+//     together with whatever other sessions queued meanwhile; one reader
+//     goroutine hands each batch its replies in FIFO order. Clients never see each other's state
 //     because nothing stateful is sent on them.
 //   - own: dialed for a client that needs connection state in Redis
 //     (MULTI, WATCH, blocking commands, pub/sub, MONITOR) and kept for the
@@ -37,9 +36,9 @@
 // itself is built with resp.Proto's methods (maps, nulls, pushes, verbatim
 // strings as Redis 7.0 shapes them in either); the hot-key engine speaks
 // RESP2 upstream, and its replies are adapted (nil → null). A RESP3 client
-// may run any command while subscribed: in standalone mode on the stream's
-// connection, in cluster mode routed by slot once the stream is in step
-// (streamAside). RESP3 pushes that arrive on an own connection between
+// may run any command while subscribed: on the stream's connection, or,
+// in cluster mode and on hot keys, as when not subscribed once the stream
+// is in step (streamAside). RESP3 pushes that arrive on an own connection between
 // replies (a message, an invalidation) are passed on where they came and
 // count as no reply.
 //
