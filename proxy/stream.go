@@ -416,9 +416,8 @@ func (s *session) streamAside(cmd *resp.Command, c *command, name []byte) {
 		s.quit = true
 		return
 	}
-	// Neither the stream nor, in standalone mode, the connection relay
-	// reads may take it: the shared connections do (s.own is kept for
-	// abort in ownNC).
+	// It must not go on the connection relay reads: with s.own hidden,
+	// route takes the shared connections (abort still finds it in ownNC).
 	own := s.own
 	s.streaming, s.own = false, nil
 	s.route(cmd, c, name)
