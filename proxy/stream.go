@@ -80,6 +80,9 @@ func (s *session) relay(own *ownConn) {
 		start := len(buf)
 		var err error
 		buf, err = resp.ReadReply(own.br, buf)
+		if err == nil {
+			s.countSubs(buf[start:])
+		}
 		if m := s.mark.Load(); err == nil && m != nil {
 			frame := buf[start:]
 			m.altHit = m.alt != nil && bytes.Equal(frame, m.alt)
@@ -420,7 +423,7 @@ func (s *session) streamAside(cmd *resp.Command, c *command, name []byte) {
 	// route takes the shared connections (abort still finds it in ownNC).
 	own := s.own
 	s.streaming, s.own = false, nil
-	s.route(cmd, c, name)
+	s.run(cmd, c, name)
 	s.flush()
 	s.streaming, s.own = true, own
 	s.write()
