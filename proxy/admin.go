@@ -37,7 +37,7 @@ func (s *session) proxyCommand(args [][]byte) {
 			s.replyError(rediserr.WrongArity("proxy|hotkeys"))
 		case len(args) == 2:
 			s.flush()
-			s.reply(s.srv.hot.Report())
+			s.reply(s.srv.hot.Report(s.proto))
 		case strings.EqualFold(string(args[2]), "detected") && len(args) <= 4:
 			count := int64(10)
 			if len(args) == 4 {
@@ -51,7 +51,7 @@ func (s *session) proxyCommand(args [][]byte) {
 				s.replyError("ERR the detector is off: set hotkeys.detect.enabled in the config")
 				return
 			}
-			s.reply(s.srv.detect.detectedReport(int(min(count, 1<<20))))
+			s.reply(s.srv.detect.detectedReport(s.proto, int(min(count, 1<<20))))
 		default:
 			s.replyError("ERR syntax error. Try PROXY HELP.")
 		}

@@ -7,15 +7,16 @@
 // certificates, swapped by Apply, so a reload changes new handshakes
 // only), or both. A session reads all the commands a client has
 // pipelined (resp.CommandReader), routes each by the command table in
-// commands.go, and sends the relayed ones upstream as one batch. Replies are framed, never decoded (resp.ReadReply), so status,
-// bulk, nil and error replies reach the client as Redis sent them.
+// commands.go, and sends the relayed ones upstream as one batch. Replies
+// are framed, never decoded (resp.ReadReply), so status, bulk, nil and
+// error replies, and RESP3's types, reach the client as Redis sent them.
 //
 // Upstream connections come in two kinds:
 //
-//   - shared (package upstream): a few per db, multiplexing many clients. The
-//     first session with a batch to send writes it, together with whatever
-//     other sessions queued meanwhile; one reader goroutine hands each batch
-//     its replies in FIFO order. Clients never see each other's state
+//   - shared (package upstream): a few per db and protocol, multiplexing
+//     many clients. The first session with a batch to send writes it,
+//     together with whatever other sessions queued meanwhile; one reader
+//     goroutine hands each batch its replies in FIFO order. Clients never see each other's state
 //     because nothing stateful is sent on them.
 //   - own: dialed for a client that needs connection state in Redis
 //     (MULTI, WATCH, blocking commands, pub/sub, MONITOR) and kept for the
@@ -32,8 +33,20 @@
 // TRACKING … REDIRECT) is about the proxy's clients and speaks proxy ids:
 // each session publishes what CLIENT LIST shows of it (clients.go), and
 // where Redis must act on a client (UNBLOCK, REDIRECT) the proxy gives it
-// the Redis id of that client's own connection, found by its address. The proxy speaks RESP2 only: HELLO 3 gets NOPROTO, from which
-// clients fall back.
+// the Redis id of that client's own connection, found by its address.
+//
+// Protocols: each client speaks RESP2 until HELLO 3, and RESP3 until HELLO
+// 2 or RESET (session.proto). Its requests go to shared connections of its
+// protocol, and its own connection said HELLO 3 when dialed or switches
+// with it, so Redis's replies come in its protocol. What the session makes
+// itself is built with resp.Proto's methods (maps, nulls, pushes, verbatim
+// strings as Redis 7.0 shapes them in either); the hot-key engine speaks
+// RESP2 upstream, and its replies are adapted (nil → null). A RESP3 client
+// may run any command while subscribed: on the stream's connection, or,
+// in cluster mode and on hot keys, as when not subscribed once the stream
+// is in step (streamAside). RESP3 pushes that arrive on an own connection between
+// replies (a message, an invalidation) are passed on where they came and
+// count as no reply.
 //
 // Users (acl.go): with the proxy's password every client is Redis's
 // default user on the proxy's connections. With upstream.client_auth:

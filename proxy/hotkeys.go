@@ -71,7 +71,7 @@ func (s *session) hotCommand(cmd *resp.Command, c *command, name string) bool {
 			s.markLayout(name, cmd.Args) // not hot any more: relayed
 			return false
 		}
-		s.reply(r)
+		s.reply(s.proto.Adapt(r))
 		return true
 	}
 	// One command per key, then put together as one Redis would reply.
@@ -95,7 +95,7 @@ func (s *session) hotCommand(cmd *resp.Command, c *command, name string) bool {
 			return true
 		}
 		if name == "mget" {
-			out = append(out, r...)
+			out = append(out, s.proto.Adapt(r)...)
 		} else {
 			n, _ := resp.IntValue(r)
 			sum += n

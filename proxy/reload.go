@@ -111,7 +111,7 @@ func (s *session) configCommand(args [][]byte) {
 				n++
 			}
 		}
-		s.reply(append(redcon.AppendArray(nil, 2*n), out...))
+		s.reply(append(s.proto.AppendMap(nil, n), out...))
 	default:
 		s.replyError(rediserr.UnknownSubcommand("config|"+string(args[2]), "PROXY"))
 	}

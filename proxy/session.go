@@ -57,8 +57,12 @@ type session struct {
 	login *upstream.Login
 	// pool is the pool of the client's shared connections in standalone
 	// mode: the server's, or its user's with a login.
-	pool  *upstream.Pool
-	proto int // the client's RESP version: 2, or 3 after HELLO 3
+	pool *upstream.Pool
+	// proto is the protocol the client negotiated with HELLO (RESP2 until
+	// then), which its replies are in, Redis's and the proxy's own: the
+	// shared connections it uses speak it too (see upstreamKey). As
+	// CLIENT LIST's resp field.
+	proto resp.Proto
 
 	// What CLIENT LIST shows (clients.go): info is published from these
 	// and the fields above, which only the session's goroutine touches.
@@ -131,10 +135,10 @@ func newSession(srv *Server, nc net.Conn, w *clientWriter, id uint64) *session {
 		authed:     srv.config().Password == "",
 		user:       "default",
 		pool:       srv.up.Pool,
+		proto:      resp.RESP2,
 		batchMax:   firstBatchCommands,
 		pendingMax: int(limits.MaxPendingOutput),
 		mem:        memAccount{srv: srv},
-		proto:      2,
 		info:       newClientInfo(nc),
 	}
 	s.lastIO = s.info.created
@@ -151,7 +155,7 @@ func newSession(srv *Server, nc net.Conn, w *clientWriter, id uint64) *session {
 		s.logIn(srv.up.Logins.Get("", ""))
 	}
 	if srv.up.Cluster == nil {
-		s.userPool(srv.up.Pool).KeepSpare(0) // for the first blocking command in db 0
+		s.pool.KeepSpare(s.upstreamKey()) // for the first blocking command in db 0
 	}
 	return s
 }
@@ -502,7 +506,7 @@ func (s *session) sendBatch(block *resp.Command) {
 	default:
 		from := len(s.out)
 		b.Out, b.OKLen, b.Done, b.Err = s.out, from, 0, nil
-		s.pool.Send(&s.shared, s.db, s.id, b)
+		s.pool.Send(&s.shared, s.upstreamKey(), s.id, b)
 		<-b.DoneCh
 		s.out, b.Out = b.Out, nil
 		if b.Err != nil {
@@ -513,6 +517,12 @@ func (s *session) sendBatch(block *resp.Command) {
 		fit := maxPendingOut * n / max(len(s.out)-from, 1)
 		s.batchMax = min(max(fit, 1), max(batchGrowth*n, s.batchMax), maxBatchCommands)
 	}
+}
+
+// upstreamKey names the shared connections the client's requests go on:
+// of its db, in its protocol.
+func (s *session) upstreamKey() upstream.Key {
+	return upstream.Key{DB: s.db, RESP3: s.proto == resp.RESP3}
 }
 
 // failBatch answers requests done..n of a failed batch with an error.

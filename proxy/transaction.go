@@ -215,7 +215,7 @@ func (s *session) clusterTx(cmd *resp.Command, c *command) bool {
 			s.out = redcon.AppendError(s.out[:mark], rediserr.ExecAbort)
 		case name == "exec" && s.tx.watchLost:
 			mark := s.exchange(&resp.Command{Args: [][]byte{[]byte("DISCARD")}})
-			s.out = append(s.out[:mark], "*-1\r\n"...)
+			s.out = s.proto.AppendNullArray(s.out[:mark])
 		default:
 			mark := s.exchange(cmd)
 			if name == "exec" && s.tx.name != nil && len(s.out) > mark && s.out[mark] == '*' {
@@ -223,6 +223,9 @@ func (s *session) clusterTx(cmd *resp.Command, c *command) bool {
 			}
 			if name == "exec" && s.tx.hello {
 				s.out = append(s.out[:mark], standaloneHello(s.out[mark:])...)
+				if p, ok := helloReplyProto(s.out[mark:]); ok {
+					s.switchShared(p) // the last HELLO queued switched the connection
+				}
 			}
 		}
 		s.endTx()

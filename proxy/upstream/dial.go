@@ -89,11 +89,12 @@ func (t *nodeTLS) setName(name string) {
 // serverName is the name the next handshake checks.
 func (t *nodeTLS) serverName() string { return t.conf.Load().ServerName }
 
-// dial connects, does the TLS handshake when TLS is on, authenticates and
-// selects db, all within the dial timeout. A Redis error reply to SELECT
+// dial connects, does the TLS handshake when TLS is on, authenticates,
+// says HELLO 3 for a RESP3 k and selects k's db, all within the dial
+// timeout. A Redis error reply to SELECT
 // comes back as RedisError so the client sees Redis's own text ("ERR DB
 // index is out of range").
-func (d *dialer) dial(db int) (net.Conn, *bufio.Reader, error) {
+func (d *dialer) dial(k Key) (net.Conn, *bufio.Reader, error) {
 	deadline := time.Now().Add(d.timeout)
 	nc, err := net.DialTimeout("tcp", d.addr, d.timeout)
 	if err != nil {
@@ -121,8 +122,12 @@ func (d *dialer) dial(db int) (net.Conn, *bufio.Reader, error) {
 		}
 		steps++
 	}
-	if db != 0 {
-		req = resp.AppendCommand(req, []byte("SELECT"), strconv.AppendInt(nil, int64(db), 10))
+	if k.RESP3 {
+		req = resp.AppendCommand(req, []byte("HELLO"), []byte("3"))
+		steps++
+	}
+	if k.DB != 0 {
+		req = resp.AppendCommand(req, []byte("SELECT"), strconv.AppendInt(nil, int64(k.DB), 10))
 		steps++
 	}
 	br := bufio.NewReaderSize(nc, 16<<10)

@@ -1,7 +1,8 @@
 // Package upstream is the proxy's side toward Redis, knowing nothing of
 // clients: dialing (TLS when upstream.tls is on, AUTH, SELECT), the shared
 // connections that multiplex many clients' requests, a pool of them per
-// node and db, a cluster's slot map and its refresh, the round trip that
+// node and Key (db and protocol: a RESP3 one says HELLO 3 when dialed),
+// a cluster's slot map and its refresh, the round trip that
 // follows a cluster's redirections, and the script bodies it loads where
 // a node lacks one.
 //

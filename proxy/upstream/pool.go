@@ -64,8 +64,9 @@ func (m Metrics) orNowhere() Metrics {
 	return m
 }
 
-// Pool holds one node's shared connections: perDB of them for each db, so
-// a client that SELECTs never changes another client's db. It also dials
+// Pool holds one node's shared connections: perDB of them for each Key
+// (db and protocol), so a client that SELECTs or says HELLO 3 never
+// changes another client's db or protocol. It also dials
 // the connections a client needs for itself, and watches the node's
 // health (health.go): requests overdue, stalled connections, a node down.
 // Safe for concurrent use.
@@ -98,7 +99,7 @@ type Pool struct {
 	spare       spares        // connections dialed in advance for DialOwn
 
 	mu     sync.Mutex
-	conns  map[int][]*sharedSlot // by db
+	conns  map[Key][]*sharedSlot
 	closed bool
 	// live are the shared connections the watchdog looks after: those in
 	// conns and those replaced after a stall (draining of them), until
@@ -111,6 +112,14 @@ type Pool struct {
 	// open a connection per attempt. 0 while none was refused.
 	noDB    int
 	noDBErr RedisError
+}
+
+// Key names the shared connections a client's requests may go on: those
+// of its db, speaking its protocol, so that Redis's replies reach it in
+// the protocol it negotiated. The zero Key is db 0 in RESP2.
+type Key struct {
+	DB    int
+	RESP3 bool // the connections said HELLO 3 when dialed
 }
 
 // sharedSlot is one place in the pool; its own lock serialises redials, so
@@ -126,7 +135,7 @@ type sharedSlot struct {
 func newPool(d dialer, perDB int, readTimeout time.Duration, m *NodeMetrics, log *slog.Logger) *Pool {
 	return &Pool{
 		dialer: d, perDB: perDB, readTimeout: readTimeout, stallAfter: stallAfter, probeIdle: probeIdle, authRetry: authRetry, m: m, log: log,
-		conns: make(map[int][]*sharedSlot),
+		conns: make(map[Key][]*sharedSlot),
 		watch: watchdog{wake: make(chan struct{}, 1)},
 		quit:  make(chan struct{}),
 	}
@@ -147,9 +156,10 @@ const (
 // the requests of their own on a connection from Dial too.
 func (p *Pool) DialTimeout() time.Duration { return p.timeout }
 
-// Dial opens a connection of the caller's own to the node, authenticated
-// and in db. A failure to connect or authenticate is counted, and the
-// node going down (the first failure, or the first after a success) and
+// Dial opens a connection of the caller's own to the node, authenticated,
+// in k's db and speaking k's protocol. A failure to connect or
+// authenticate is counted, and the node going down (the first failure,
+// or the first after a success) and
 // coming back are logged; so is Redis refusing the proxy's own
 // credentials (an AuthError), once until a dial succeeds again, without
 // the node counting as down. For authRetry after an AuthError, Dial
@@ -157,14 +167,14 @@ func (p *Pool) DialTimeout() time.Duration { return p.timeout }
 // connection a second, however many requests need one. Redis refusing
 // SELECT is an answer, not a failure: it comes back as a RedisError.
 // While the node is probed or down it waits or fails as Get does.
-func (p *Pool) Dial(db int) (net.Conn, *bufio.Reader, error) {
+func (p *Pool) Dial(k Key) (net.Conn, *bufio.Reader, error) {
 	if err := p.healthy(); err != nil {
 		return nil, nil, err
 	}
 	if e := p.refusedAuth.Load(); e != nil && monoNow()-time.Duration(p.refusedAt.Load()) < p.authRetry {
 		return nil, nil, e
 	}
-	nc, br, err := p.dialer.dial(db)
+	nc, br, err := p.dialer.dial(k)
 	var refused RedisError
 	var badAuth *AuthError
 	switch {
@@ -190,16 +200,16 @@ func (p *Pool) Dial(db int) (net.Conn, *bufio.Reader, error) {
 	return nc, br, err
 }
 
-// Get returns a shared connection for db, dialing when its place in the
+// Get returns a shared connection for k, dialing when its place in the
 // pool is empty, its connection failed, or it stalled behind a slow
 // request: the stalled one is closed once its requests are answered, and
 // at most perDB are at a time; past that Get returns another usable
-// connection of db, else the stalled one. Callers are spread over the
+// connection of k, else the stalled one. Callers are spread over the
 // perDB places by id. Clients that wait while a dial fails share its
 // error. After a request timed out, Get waits for the node's probe (see
 // probe). The error is ErrClosed after Close, a DownError while the node
-// is down, a RedisError when Redis refused db, else the dial's.
-func (p *Pool) Get(db int, id uint64) (*Conn, error) {
+// is down, a RedisError when Redis refused k's db, else the dial's.
+func (p *Pool) Get(k Key, id uint64) (*Conn, error) {
 	if err := p.healthy(); err != nil {
 		return nil, err
 	}
@@ -208,17 +218,17 @@ func (p *Pool) Get(db int, id uint64) (*Conn, error) {
 		p.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if p.noDB > 0 && db >= p.noDB {
+	if p.noDB > 0 && k.DB >= p.noDB {
 		p.mu.Unlock()
 		return nil, p.noDBErr
 	}
-	slots := p.conns[db]
+	slots := p.conns[k]
 	if slots == nil {
 		slots = make([]*sharedSlot, p.perDB)
 		for i := range slots {
 			slots[i] = &sharedSlot{}
 		}
-		p.conns[db] = slots
+		p.conns[k] = slots
 	}
 	p.mu.Unlock()
 
@@ -236,14 +246,14 @@ func (p *Pool) Get(db int, id uint64) (*Conn, error) {
 		// queue of clients waits one dial timeout, not one each.
 		return nil, s.dialErr
 	}
-	nc, br, err := p.Dial(db)
+	nc, br, err := p.Dial(k)
 	var refused RedisError
 	if errors.As(err, &refused) && strings.HasPrefix(string(refused), rediserr.DBRange) {
 		p.mu.Lock()
-		if p.noDB == 0 || db < p.noDB {
-			p.noDB, p.noDBErr = db, refused
+		if p.noDB == 0 || k.DB < p.noDB {
+			p.noDB, p.noDBErr = k.DB, refused
 		}
-		delete(p.conns, db)
+		delete(p.conns, k)
 		p.mu.Unlock()
 	}
 	if err != nil {
@@ -306,16 +316,16 @@ func usable(slots []*sharedSlot, c *Conn) *Conn {
 	return c
 }
 
-// Send sends b on a shared connection for db: *conn while it is usable,
-// else the one Get(db, id) returns, which it leaves in *conn for the next
+// Send sends b on a shared connection for k: *conn while it is usable,
+// else the one Get(k, id) returns, which it leaves in *conn for the next
 // call. When Get fails, so does b, with Get's error. b.DoneCh is signalled
 // when b is complete or failed.
-func (p *Pool) Send(conn **Conn, db int, id uint64, b *Batch) {
+func (p *Pool) Send(conn **Conn, k Key, id uint64, b *Batch) {
 	for {
 		c := *conn
 		if c == nil || !c.Usable() {
 			var err error
-			if c, err = p.Get(db, id); err != nil {
+			if c, err = p.Get(k, id); err != nil {
 				*conn = nil
 				b.Err = err
 				b.DoneCh <- struct{}{}
@@ -339,8 +349,8 @@ func (p *Pool) Send(conn **Conn, db int, id uint64, b *Batch) {
 func (p *Pool) Ask(req []byte, n int) ([][]byte, error) { return p.exchange(p.Dial, req, n) }
 
 // exchange is Ask on a connection from dial.
-func (p *Pool) exchange(dial func(db int) (net.Conn, *bufio.Reader, error), req []byte, n int) ([][]byte, error) {
-	nc, br, err := dial(0)
+func (p *Pool) exchange(dial func(Key) (net.Conn, *bufio.Reader, error), req []byte, n int) ([][]byte, error) {
+	nc, br, err := dial(Key{})
 	if err != nil {
 		return nil, err
 	}

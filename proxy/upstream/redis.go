@@ -139,7 +139,7 @@ func (u *Redis) Do(reqs []rewrite.Request) [][]byte {
 	// The replies are returned: Out is the one part never reused.
 	b.Out = make([]byte, 0, 64*len(reqs))
 	var conn *Conn
-	u.Pool.Send(&conn, 0, 0, b)
+	u.Pool.Send(&conn, Key{}, 0, b)
 	<-b.DoneCh
 	done := b.replies(replies[:0])
 	for i := len(done); i < len(replies); i++ {

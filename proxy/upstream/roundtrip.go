@@ -55,6 +55,7 @@ type RoundTrip struct {
 	c        *Cluster
 	id       uint64 // spreads users over a node's shared connections
 	login    *Login // whose pools it uses; nil: the nodes' own
+	key      Key    // the shared connections it uses: db 0, in a protocol
 	parts    []clusterPart
 	batches  []*nodeBatch // the first round's, reused from run to run
 	used     int          // batches[:used] are in use
@@ -71,6 +72,17 @@ func (r *RoundTrip) SetLogin(l *Login) {
 	r.login = l
 	for _, nb := range r.batches {
 		nb.conn = nil
+	}
+}
+
+// SetRESP3 makes the next runs use connections that speak RESP3, or
+// RESP2 when off, so that replies come in the protocol of the client.
+func (r *RoundTrip) SetRESP3(on bool) {
+	if r.key.RESP3 != on {
+		r.key.RESP3 = on
+		for _, nb := range r.batches {
+			nb.conn = nil // of the other protocol
+		}
 	}
 }
 
@@ -153,7 +165,7 @@ func (r *RoundTrip) sendRound(round []*nodeBatch) {
 		if r.login != nil {
 			p = r.login.Pool(p)
 		}
-		p.Send(&nb.conn, 0, r.id, &nb.Batch)
+		p.Send(&nb.conn, r.key, r.id, &nb.Batch)
 	}
 	for _, nb := range round {
 		<-nb.DoneCh

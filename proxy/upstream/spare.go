@@ -9,11 +9,12 @@ import (
 	"syscall"
 )
 
-// maxSpareDBs bounds the dbs a pool keeps a spare connection for: Redis
-// has 16 by default, and a client cannot make us dial one per db it names.
-const maxSpareDBs = 16
+// maxSpares bounds the keys (db and protocol) a pool keeps a spare
+// connection for: Redis has 16 dbs by default, and a client cannot make
+// us dial one per db it names.
+const maxSpares = 16
 
-// spares are connections dialed in advance, one per db, for the clients
+// spares are connections dialed in advance, one per key, for the clients
 // that need one of their own (a blocking command, MULTI, SUBSCRIBE).
 //
 // Why: such a command used to wait for a dial (TCP, TLS, AUTH, SELECT)
@@ -26,8 +27,8 @@ const maxSpareDBs = 16
 // the command is written as soon as it is read, as a direct client's is.
 type spares struct {
 	mu      sync.Mutex
-	ready   map[int]spareConn // by db
-	dialing map[int]bool
+	ready   map[Key]spareConn
+	dialing map[Key]bool
 	closed  bool
 }
 
@@ -37,32 +38,32 @@ type spareConn struct {
 }
 
 // DialOwn is Dial for a connection of a client's own, without waiting
-// for a dial when it can: it takes the spare connection of db, dialed in
+// for a dial when it can: it takes the spare connection of k, dialed in
 // advance, when one is idle and still open (Redis's timeout may have
-// closed it), and dials the next spare of db in the background. The
-// cost is one idle connection per db used, per node.
-func (p *Pool) DialOwn(db int) (net.Conn, *bufio.Reader, error) {
+// closed it), and dials the next spare of k in the background. The
+// cost is one idle connection per db and protocol used, per node.
+func (p *Pool) DialOwn(k Key) (net.Conn, *bufio.Reader, error) {
 	if err := p.healthy(); err != nil {
 		return nil, nil, err
 	}
-	sc, ok := p.spare.take(db)
-	p.refillSpare(db)
+	sc, ok := p.spare.take(k)
+	p.refillSpare(k)
 	if ok {
 		return sc.nc, sc.br, nil
 	}
-	return p.Dial(db)
+	return p.Dial(k)
 }
 
-// KeepSpare makes the pool keep a spare connection for db from now on,
+// KeepSpare makes the pool keep a spare connection for k from now on,
 // so that even the first client to need one of its own there takes it
 // without a dial. Cheap when it has one.
-func (p *Pool) KeepSpare(db int) { p.refillSpare(db) }
+func (p *Pool) KeepSpare(k Key) { p.refillSpare(k) }
 
-// take removes db's spare and returns it if it is still usable.
-func (s *spares) take(db int) (spareConn, bool) {
+// take removes k's spare and returns it if it is still usable.
+func (s *spares) take(k Key) (spareConn, bool) {
 	s.mu.Lock()
-	sc, ok := s.ready[db]
-	delete(s.ready, db)
+	sc, ok := s.ready[k]
+	delete(s.ready, k)
 	s.mu.Unlock()
 	if ok && !idleOpen(sc) {
 		sc.nc.Close()
@@ -103,35 +104,35 @@ func idleOpen(sc spareConn) bool {
 	return err == nil && open
 }
 
-// refillSpare dials a spare connection for db in the background, unless
-// db has one, one is being dialed, Redis refused db, or the pool keeps
-// spares for maxSpareDBs other dbs already.
-func (p *Pool) refillSpare(db int) {
+// refillSpare dials a spare connection for k in the background, unless
+// k has one, one is being dialed, Redis refused k's db, or the pool keeps
+// spares for maxSpares other keys already.
+func (p *Pool) refillSpare(k Key) {
 	p.mu.Lock()
-	refused := p.noDB > 0 && db >= p.noDB
+	refused := p.noDB > 0 && k.DB >= p.noDB
 	p.mu.Unlock()
 	s := &p.spare
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, has := s.ready[db]
-	if refused || has || s.dialing[db] || s.closed || len(s.ready)+len(s.dialing) >= maxSpareDBs {
+	_, has := s.ready[k]
+	if refused || has || s.dialing[k] || s.closed || len(s.ready)+len(s.dialing) >= maxSpares {
 		return
 	}
 	if s.ready == nil {
-		s.ready, s.dialing = make(map[int]spareConn), make(map[int]bool)
+		s.ready, s.dialing = make(map[Key]spareConn), make(map[Key]bool)
 	}
-	s.dialing[db] = true
+	s.dialing[k] = true
 	go func() {
-		nc, br, err := p.Dial(db)
+		nc, br, err := p.Dial(k)
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		delete(s.dialing, db)
+		delete(s.dialing, k)
 		switch {
 		case err != nil:
 		case s.closed:
 			nc.Close()
 		default:
-			s.ready[db] = spareConn{nc: nc, br: br}
+			s.ready[k] = spareConn{nc: nc, br: br}
 		}
 	}()
 }

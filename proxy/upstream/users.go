@@ -32,7 +32,7 @@ func (p *Pool) Verify(req []byte) ([]byte, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.nc == nil {
-		nc, br, err := p.Dial(0)
+		nc, br, err := p.Dial(Key{})
 		if err != nil {
 			return nil, err
 		}

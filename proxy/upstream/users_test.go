@@ -62,7 +62,7 @@ func TestLogins(t *testing.T) {
 	if p != b.Pool(node) {
 		t.Fatal("two clients of one user got two pools of one node")
 	}
-	if _, err := p.Get(0, 0); err != nil {
+	if _, err := p.Get(Key{}, 0); err != nil {
 		t.Fatalf("Get: %v", err)
 	}
 	if got := be.Received(); len(got) != 1 || strings.Join(got[0], " ") != "AUTH alice secret" {
@@ -71,7 +71,7 @@ func TestLogins(t *testing.T) {
 	wrong := ls.Get("alice", "old")
 	conns := be.Conns()
 	for range 5 {
-		if _, err := wrong.Pool(node).Get(0, 0); err == nil || ErrorText(err) != "WRONGPASS invalid username-password pair or user is disabled." {
+		if _, err := wrong.Pool(node).Get(Key{}, 0); err == nil || ErrorText(err) != "WRONGPASS invalid username-password pair or user is disabled." {
 			t.Errorf("Get as a user Redis refuses: %v, want Redis's WRONGPASS as it is", err)
 		}
 	}
@@ -85,7 +85,7 @@ func TestLogins(t *testing.T) {
 	if ls.Len() != 1 {
 		t.Fatalf("%d Logins after a reap, want alice's, still held", ls.Len())
 	}
-	if _, err := p.Get(0, 0); err != nil {
+	if _, err := p.Get(Key{}, 0); err != nil {
 		t.Fatalf("Get on a held Login after a reap: %v", err)
 	}
 	b.Release()
@@ -93,7 +93,7 @@ func TestLogins(t *testing.T) {
 	if ls.Len() != 0 {
 		t.Fatalf("%d Logins after a reap with none held, want 0", ls.Len())
 	}
-	if _, err := p.Get(0, 0); !errors.Is(err, ErrClosed) {
+	if _, err := p.Get(Key{}, 0); !errors.Is(err, ErrClosed) {
 		t.Errorf("Get on a reaped Login's pool: %v, want ErrClosed", err)
 	}
 	again := ls.Get("alice", "secret")
@@ -101,7 +101,7 @@ func TestLogins(t *testing.T) {
 	if again == a {
 		t.Fatal("a reaped Login came back")
 	}
-	if _, err := again.Pool(node).Get(0, 0); err != nil {
+	if _, err := again.Pool(node).Get(Key{}, 0); err != nil {
 		t.Errorf("Get on a Login made again: %v", err)
 	}
 }
