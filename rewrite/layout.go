@@ -39,6 +39,9 @@ type Layout struct {
 	// Merging is set while the layout is being merged back into its key
 	// (PROXY UNSHARD): any proxy that reads it finishes the merge.
 	Merging bool
+	// Journal is set when every change of the buckets is journaled
+	// (journal.go): in the marker, so that every proxy journals it.
+	Journal bool
 
 	// byMaster are the bucket numbers grouped by the master serving
 	// them when this proxy took the layout up, for the start bucket.
@@ -171,7 +174,8 @@ func (l *Layout) Share(total int64, i int) int64 {
 
 // Marker is the value the key holds once the layout is complete:
 // "hotkeyproxy-layout:1:<gen>:<tag> <tag>…" (tags are decimal numbers).
-// While Pending, ":<fill>" follows; while Merging, ":merge".
+// While Pending, ":<fill>" follows; while Merging, ":merge"; last, when
+// journaled, ":journal".
 func (l *Layout) Marker() []byte {
 	b := append([]byte(MarkerPrefix), l.Gen...)
 	b = append(b, ':')
@@ -188,6 +192,9 @@ func (l *Layout) Marker() []byte {
 	case l.Merging:
 		b = append(b, ":merge"...)
 	}
+	if l.Journal {
+		b = append(b, ":journal"...)
+	}
 	return b
 }
 
@@ -203,6 +210,10 @@ func ParseMarker(key string, v []byte) (*Layout, error) {
 		return nil, errBadMarker
 	}
 	parts := bytes.Split(v[len(MarkerPrefix):], []byte{':'})
+	journal := len(parts) > 2 && string(parts[len(parts)-1]) == "journal"
+	if journal {
+		parts = parts[:len(parts)-1]
+	}
 	if len(parts) < 2 || len(parts) > 3 || len(parts[0]) == 0 {
 		return nil, errBadMarker
 	}
@@ -214,7 +225,7 @@ func ParseMarker(key string, v []byte) (*Layout, error) {
 	if len(fields) < 1 {
 		return nil, errBadMarker
 	}
-	l := &Layout{Key: key, Gen: strconv.FormatUint(gen, 16), Tags: make([]string, len(fields))}
+	l := &Layout{Key: key, Gen: strconv.FormatUint(gen, 16), Tags: make([]string, len(fields)), Journal: journal}
 	for i, f := range fields {
 		t, err := strconv.ParseUint(string(f), 10, 32)
 		if err != nil {
