@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
@@ -174,8 +175,8 @@ func (l *Layout) Share(total int64, i int) int64 {
 
 // Marker is the value the key holds once the layout is complete:
 // "hotkeyproxy-layout:1:<gen>:<tag> <tag>…" (tags are decimal numbers).
-// While Pending, ":<fill>" follows; while Merging, ":merge"; last, when
-// journaled, ":journal".
+// When journaled, ":journal" follows; then while Pending, ":<fill>"
+// (which the convert script appends), while Merging, ":merge".
 func (l *Layout) Marker() []byte {
 	b := append([]byte(MarkerPrefix), l.Gen...)
 	b = append(b, ':')
@@ -185,15 +186,15 @@ func (l *Layout) Marker() []byte {
 		}
 		b = append(b, t...)
 	}
+	if l.Journal {
+		b = append(b, ":journal"...)
+	}
 	switch {
 	case l.Pending:
 		b = append(b, ':')
 		b = strconv.AppendInt(b, l.Fill, 10)
 	case l.Merging:
 		b = append(b, ":merge"...)
-	}
-	if l.Journal {
-		b = append(b, ":journal"...)
 	}
 	return b
 }
@@ -210,9 +211,9 @@ func ParseMarker(key string, v []byte) (*Layout, error) {
 		return nil, errBadMarker
 	}
 	parts := bytes.Split(v[len(MarkerPrefix):], []byte{':'})
-	journal := len(parts) > 2 && string(parts[len(parts)-1]) == "journal"
+	journal := len(parts) > 2 && string(parts[2]) == "journal"
 	if journal {
-		parts = parts[:len(parts)-1]
+		parts = slices.Delete(parts, 2, 3)
 	}
 	if len(parts) < 2 || len(parts) > 3 || len(parts[0]) == 0 {
 		return nil, errBadMarker
