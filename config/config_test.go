@@ -19,12 +19,14 @@ var articleScripts = []Script{
 		Body:    "if tonumber(redis.call('get', KEYS[1]) or '0') > 0 then return redis.call('decr', KEYS[1]) else return -1 end",
 		Amount:  Amount{Const: 1},
 		Soldout: -1,
+		OrderID: 1,
 	},
 	{
 		Name:    "deduct-n",
 		Body:    "local n = tonumber(ARGV[1]) local s = tonumber(redis.call('get', KEYS[1]) or '0') if s >= n then return redis.call('decrby', KEYS[1], n) else return -1 end",
 		Amount:  Amount{ArgvIndex: 1},
 		Soldout: -1,
+		OrderID: 2,
 	},
 }
 

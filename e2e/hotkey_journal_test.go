@@ -26,6 +26,7 @@ import (
 	"github.com/hotkeyproxy/hotkeyproxy/config"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/cli"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/seckill"
 )
 
 // jrScript is the deduct script of these tests: deduct-one's body, with
@@ -48,7 +49,8 @@ type jrEnv struct {
 func jrStart(t *testing.T, mode string) *jrEnv {
 	t.Helper()
 	edit := func(c *config.Config) {
-		c.Scripts = []config.Script{jrScript}
+		c.Scripts = append(hkScripts(t), jrScript)
+		c.Hotkeys.Keys = []config.KeyRule{{Match: "jr:bench", Buckets: 4, Route: config.RouteRandom, Journal: true}}
 		c.Hotkeys.Detect.Journal = true
 		c.Hotkeys.MoveTimeout = config.Duration(400 * time.Millisecond)
 	}
@@ -79,6 +81,7 @@ func TestHotKeyJournal(t *testing.T) {
 			e := jrStart(t, mode)
 			t.Run("sell-out while sharded and unsharded", func(t *testing.T) { jrSellOut(t, e) })
 			t.Run("clients gone after sending", func(t *testing.T) { jrHangUps(t, e) })
+			t.Run("bench seckill checks the journal", func(t *testing.T) { jrBench(t, e) })
 		})
 	}
 }
@@ -278,6 +281,52 @@ func jrHangUps(t *testing.T, e *jrEnv) {
 		}
 	}
 	t.Logf("%d clients hung up; the journal deducted %v", clients, rec["deducted"])
+}
+
+// jrBench: bench seckill with --journal and --order-ids on a journaled
+// key finds the journal deducting the units sold, entry for entry; and
+// finds it wrong once a unit is deducted behind the proxy's back, in a
+// journal entry no client was told of.
+func jrBench(t *testing.T, e *jrEnv) {
+	opts := seckill.Options{Addr: e.a, Key: "jr:bench", Stock: 3000, Clients: 50, Journal: true, OrderIDs: true, Duration: time.Minute}
+	res, err := seckill.Run(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := res.Journal
+	if v := res.Violations(); len(v) > 0 || j == nil || j.Deducted != 3000 || j.NoEntry != 0 || j.NoSuccess != 0 || res.Sold != 3000 {
+		t.Fatalf("bench seckill on a journaled key: %v\n%s", v, res)
+	}
+	if !strings.Contains(res.String(), "ok: the journal deducts exactly the units sold, entry for entry by order id") {
+		t.Errorf("the report does not say the journal check passed:\n%s", res)
+	}
+
+	// Another sale, while a client the bench does not know of buys one
+	// unit with an order id of its own, once the sale has begun: the
+	// check finds its entry, and one unit more deducted than sold.
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for { // the first sale left 0; this one SETs 2000 and sells
+			r := jrDo(t, e.b, "GET", "jr:bench")
+			if v, _ := resp.BulkValue([]byte(r)); string(v) != "0" && string(v) != "2000" {
+				break
+			}
+		}
+		if r := jrDo(t, e.b, "EVALSHA", hkDeductOne(t, hkScripts(t)).SHA1(), "1", "jr:bench", "not-the-bench"); !strings.HasPrefix(r, ":") || r == ":-1\r\n" {
+			t.Errorf("the other buyer, once the sale began: %q", r)
+		}
+	}()
+	opts.Stock, opts.Clients = 2000, 2
+	res, err = seckill.Run(context.Background(), opts)
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j := res.Journal; j == nil || j.NoSuccess != 1 || j.NoEntry != 0 || j.Deducted != res.Sold+1 || len(res.Violations()) != 2 {
+		t.Fatalf("bench seckill with a buyer it does not know of: %+v, violations %q", j, res.Violations())
+	}
 }
 
 // jrLayout is the journals of one layout of a key, read from Redis.
