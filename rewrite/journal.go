@@ -29,14 +29,13 @@ import (
 // luaJot is the jot of a journaled script: it appends the entry.
 const luaJot = `local function jot(op, amount, after, move)
   local n = #ARGV
-  local a = {'xadd', KEYS[#KEYS]}
-  if ARGV[n-3] ~= '0' then a[3], a[4], a[5] = 'maxlen', '~', ARGV[n-3] end
-  for _, f in ipairs({'*', 'key', ARGV[n-2], 'bucket', ARGV[n-1], 'op', op,
-      'amount', string.format('%d', amount), 'after', string.format('%d', after)}) do
-    a[#a+1] = f
-  end
+  local a = {'xadd', KEYS[#KEYS], '*', 'key', ARGV[n-2], 'bucket', ARGV[n-1], 'op', op,
+    'amount', string.format('%d', amount), 'after', string.format('%d', after)}
   if move then a[#a+1] = 'move'; a[#a+1] = move end
   if ARGV[n] ~= '' then a[#a+1] = 'order'; a[#a+1] = ARGV[n] end
+  if ARGV[n-3] ~= '0' then
+    table.insert(a, 3, 'maxlen'); table.insert(a, 4, '~'); table.insert(a, 5, ARGV[n-3])
+  end
   redis.call(unpack(a))
 end
 `
@@ -77,16 +76,6 @@ func (e *Engine) journalCall(l *Layout, b int, s *bucketScript, order []byte, ke
 	argv = append(argv[:len(argv):len(argv)], strconv.AppendInt(nil, e.settings.Load().journalMaxlen, 10),
 		[]byte(l.Key), strconv.AppendInt(nil, int64(b), 10), order)
 	return newScriptCall(s, keys[0], keys, argv...)
-}
-
-// run runs one call and reads its {a, b} reply, as eval.
-func (e *Engine) run(h *hotKey, c scriptCall) (a, b int64, err error) {
-	r := e.evalAll(h, []scriptCall{c})[0]
-	a, b, ok := pair(r)
-	if !ok {
-		return 0, 0, &redisError{reply: r}
-	}
-	return a, b, nil
 }
 
 // shareCall is the write of bucket b's share v of l with SET's options

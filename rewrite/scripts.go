@@ -237,11 +237,16 @@ return {2, tonumber(string.match(redis.call('hget', KEYS[2], ARGV[2]), '^(%S+)')
 // the node has not got it. {a, b} is the script's reply; the error is the
 // node's, or a redisError holding a reply that is not a pair.
 func (e *Engine) eval(h *hotKey, s *bucketScript, route []byte, keys [][]byte, argv ...[]byte) (a, b int64, err error) {
-	args := scriptArgs(s, keys, argv)
-	r := e.send(h, []Request{{Key: route, Args: args}})[0]
+	return e.run(h, newScriptCall(s, route, keys, argv...))
+}
+
+// run is eval of one call.
+func (e *Engine) run(h *hotKey, c scriptCall) (a, b int64, err error) {
+	args := c.args
+	r := e.send(h, []Request{{Key: c.route, Args: args}})[0]
 	if noScript(r) {
-		args[0], args[1] = []byte("EVAL"), s.body
-		r = e.send(h, []Request{{Key: route, Args: args}})[0]
+		args[0], args[1] = []byte("EVAL"), c.s.body
+		r = e.send(h, []Request{{Key: c.route, Args: args}})[0]
 	}
 	a, b, ok := pair(r)
 	if !ok {
