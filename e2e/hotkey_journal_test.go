@@ -53,6 +53,10 @@ func jrStart(t *testing.T, mode string) *jrEnv {
 		c.Hotkeys.Keys = []config.KeyRule{{Match: "jr:bench", Buckets: 4, Route: config.RouteRandom, Journal: true}}
 		c.Hotkeys.Detect.Journal = true
 		c.Hotkeys.MoveTimeout = config.Duration(400 * time.Millisecond)
+		// A proxy remembers "sold out" for soldout_ttl, and sees another
+		// proxy's give-back only after it: none here, so that a client
+		// told "sold out" after the last refill knows it is.
+		c.Hotkeys.SoldoutTTL = 0
 	}
 	e := &jrEnv{}
 	var cfg *config.Config
@@ -128,6 +132,7 @@ func jrSellOut(t *testing.T, e *jrEnv) {
 			sha := []byte(jrScript.SHA1())
 			for n := 0; ; n++ {
 				order := fmt.Sprintf("c%d-%d", i, n)
+				last := cycled.Load() // sent after the last refill
 				r, err := conn.do([]byte("EVALSHA"), sha, []byte("1"), []byte(key), []byte(order))
 				v, ok := resp.IntValue(r)
 				switch {
@@ -142,7 +147,7 @@ func jrSellOut(t *testing.T, e *jrEnv) {
 					sale.mu.Lock()
 					sale.orders[order] = true
 					sale.mu.Unlock()
-				case cycled.Load():
+				case last:
 					return // sold out after the last refill
 				}
 				time.Sleep(time.Duration(1+rand.IntN(3)) * time.Millisecond)
