@@ -218,6 +218,14 @@ type Hotkeys struct {
 	// target bucket is gone), looking every quarter of it. Must be > 0;
 	// default 2s.
 	MoveTimeout Duration `yaml:"move_timeout"`
+	// JournalMaxlen bounds each journal stream (one per bucket of a
+	// journaled hot key): every entry is added with XADD MAXLEN ~ this, so
+	// Redis drops the oldest entries past about this many, read or not. 0
+	// (the default) trims nothing: entries are kept until the consumers
+	// trim what they have acknowledged (XTRIM MINID), so none is lost to
+	// a slow consumer, at the cost of memory while none trims. Must not
+	// be negative.
+	JournalMaxlen int64 `yaml:"journal_maxlen"`
 }
 
 // KeyRule marks the keys matching Match as hot.
@@ -232,6 +240,13 @@ type KeyRule struct {
 	// Route is RouteRandom or RouteClient. Default (and when empty in the
 	// file) "random".
 	Route string `yaml:"route"`
+	// Journal makes every change of a matching key's buckets (deducts,
+	// give-backs, SETs, moves between buckets) append an entry to a
+	// Redis stream per bucket, in the same Lua step as the change; the
+	// layout records it, so every proxy journals the key. It applies to
+	// the layouts made from then on (the next SET, a conversion). Default
+	// false.
+	Journal bool `yaml:"journal"`
 }
 
 // Detect configures the hot-key detector.
@@ -260,6 +275,10 @@ type Detect struct {
 	// Demote turns promoted keys back into plain keys once they stay
 	// below the threshold. Default false: a promoted key stays hot.
 	Demote bool `yaml:"demote"`
+	// Journal journals the keys made hot without a hotkeys.keys rule
+	// (promoted by the detector, or by PROXY SHARD) as KeyRule.Journal
+	// does. Default false.
+	Journal bool `yaml:"journal"`
 }
 
 // Script is a deduct script recognised on hot keys.
@@ -275,6 +294,12 @@ type Script struct {
 	// Soldout is the integer the script returns when the stock cannot
 	// cover the amount. Default 0.
 	Soldout int64 `yaml:"soldout"`
+	// OrderID names the script's ARGV entry ("argv:N", 1-based) that
+	// holds the caller's order id: a journaled key's deduct entry carries
+	// it (field "order"), so that each sale can be matched to its order.
+	// Empty (the default): no order id. A call without that ARGV entry
+	// is journaled without one.
+	OrderID Argv `yaml:"order_id"`
 }
 
 // SHA1 returns the lowercase hex SHA1 of the body, as SCRIPT LOAD returns
@@ -474,6 +499,9 @@ func (c *Config) validate() []*Error {
 	v.nonNegative("hotkeys.soldout_ttl", h.SoldoutTTL)
 	v.nonNegative("hotkeys.read_staleness", h.ReadStaleness)
 	v.positive("hotkeys.move_timeout", h.MoveTimeout)
+	if h.JournalMaxlen < 0 {
+		v.errorf("hotkeys.journal_maxlen", "must be 0 (trimmed by the consumers) or more, got %d", h.JournalMaxlen)
+	}
 
 	seenName := map[string]string{}
 	seenBody := map[string]string{}
@@ -489,6 +517,12 @@ func (c *Config) validate() []*Error {
 			v.errorf(p+".amount", "has both a constant and an ARGV index")
 		case a.Const < 0 || a.ArgvIndex < 0:
 			v.errorf(p+".amount", "must be positive, got %s", a)
+		}
+		switch {
+		case s.OrderID < 0:
+			v.errorf(p+".order_id", "must be \"argv:N\" with N >= 1, got %d", s.OrderID)
+		case s.OrderID != 0 && int(s.OrderID) == s.Amount.ArgvIndex:
+			v.errorf(p+".order_id", "names ARGV[%d], the amount", s.OrderID)
 		}
 	}
 

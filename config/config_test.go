@@ -19,12 +19,14 @@ var articleScripts = []Script{
 		Body:    "if tonumber(redis.call('get', KEYS[1]) or '0') > 0 then return redis.call('decr', KEYS[1]) else return -1 end",
 		Amount:  Amount{Const: 1},
 		Soldout: -1,
+		OrderID: 1,
 	},
 	{
 		Name:    "deduct-n",
 		Body:    "local n = tonumber(ARGV[1]) local s = tonumber(redis.call('get', KEYS[1]) or '0') if s >= n then return redis.call('decrby', KEYS[1], n) else return -1 end",
 		Amount:  Amount{ArgvIndex: 1},
 		Soldout: -1,
+		OrderID: 2,
 	},
 }
 
@@ -120,7 +122,7 @@ func TestValidFile(t *testing.T) {
 		Hotkeys: Hotkeys{
 			Keys: []KeyRule{
 				{Match: "stock:sku:*", Route: RouteRandom},
-				{Match: "stock:sku:1001", Buckets: 16, Route: RouteClient},
+				{Match: "stock:sku:1001", Buckets: 16, Route: RouteClient, Journal: true},
 			},
 			Detect: Detect{
 				Enabled:    true,
@@ -131,12 +133,14 @@ func TestValidFile(t *testing.T) {
 				Promote:    []string{"stock:*", "seckill:?:count"},
 				DryRun:     true,
 				Demote:     true,
+				Journal:    true,
 			},
 			ReadStaleness: Duration(250 * time.Millisecond),
 			MoveTimeout:   Duration(500 * time.Millisecond),
+			JournalMaxlen: 100000,
 		},
 		Scripts: []Script{
-			{Name: "take", Body: "return redis.call('decrby', KEYS[1], ARGV[2])", Amount: Amount{ArgvIndex: 2}},
+			{Name: "take", Body: "return redis.call('decrby', KEYS[1], ARGV[2])", Amount: Amount{ArgvIndex: 2}, OrderID: 1},
 			{Name: "take-three", Body: "return redis.call('decrby', KEYS[1], 3)", Amount: Amount{Const: 3}},
 		},
 	}
@@ -214,6 +218,9 @@ func TestInvalidFixtures(t *testing.T) {
 		{"soldout-ttl-negative", "hotkeys.soldout_ttl: must not be negative"},
 		{"read-staleness-negative", "hotkeys.read_staleness: must not be negative"},
 		{"move-timeout-zero", "hotkeys.move_timeout: must be > 0"},
+		{"journal-maxlen-negative", "line 2: hotkeys.journal_maxlen: must be 0 (trimmed by the consumers) or more, got -1"},
+		{"scripts-order-id-word", `line 2: scripts[0].order_id: want "argv:N" with N >= 1, got "order"`},
+		{"scripts-order-id-amount", `line 2: scripts[0].order_id: names ARGV[1], the amount`},
 		{"scripts-name-empty", "line 2: scripts[0].name: must not be empty"},
 		{"scripts-name-dup", `line 3: scripts[1].name: "d" is listed twice`},
 		{"scripts-body-empty", "scripts[0].body: must not be empty"},

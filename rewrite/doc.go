@@ -143,4 +143,21 @@
 // dies) between reading a pending layout and its SET NX for as long as
 // it takes another to complete the layout and then lose one of its
 // buckets: it would make that bucket again with its first share.
+//
+// # Journal
+//
+// A layout made for a key whose rule says journal (or hotkeys.detect.journal,
+// for a key made hot without a rule) is marked journaled in its marker,
+// so every proxy that reads it journals it. Each script that changes one
+// of its buckets then appends an entry to that bucket's stream (the
+// bucket's key + ":journal", in its slot) in the same step: an entry
+// exists if and only if its change happened, whether the proxy, the client
+// or the reply survives. The entries' format is in journal.go. Reconcile
+// (PROXY RECONCILE) reads each bucket in one step with its stream's last
+// entry id, then the stream up to it, so it needs no pause in the sale;
+// it replays each stream from its oldest entry kept, whose value after is
+// exact, so a trimmed journal still reconciles what it holds. A journal
+// outlives its layout by a day once a proxy ends the layout (DEL, SET,
+// the flip of a merge), for its consumers; a SET that did not apply
+// deletes the journals it started.
 package rewrite

@@ -96,6 +96,10 @@ type settings struct {
 	// moveTimeout is hotkeys.move_timeout: a move between buckets left
 	// unfinished is finished by any proxy within it.
 	moveTimeout time.Duration
+	// promotedJournal is hotkeys.detect.journal: a key made hot without
+	// a rule gets a journaled layout; journalMaxlen hotkeys.journal_maxlen.
+	promotedJournal bool
+	journalMaxlen   int64
 }
 
 // New returns an engine for cfg's hot keys and deduct scripts; it logs to
@@ -115,7 +119,9 @@ func New(up Upstream, cfg *config.Config, log *slog.Logger) *Engine {
 }
 
 // Reload applies cfg's hot-key rules, deduct scripts, soldout_ttl,
-// read_staleness and move_timeout; the upstream mode is fixed at New. A key that a rule no
+// read_staleness, move_timeout and the journal settings (for the layouts
+// made from then on; journal_maxlen at once); the upstream mode is fixed
+// at New. A key that a rule no
 // longer names keeps its buckets and stays hot while it holds a layout, as
 // a learned key does: dropping a rule never strands stock (PROXY UNSHARD
 // merges it).
@@ -126,6 +132,9 @@ func (e *Engine) Reload(cfg *config.Config) {
 		soldoutTTL:  cfg.Hotkeys.SoldoutTTL.Duration(),
 		staleness:   cfg.Hotkeys.ReadStaleness.Duration(),
 		moveTimeout: cfg.Hotkeys.MoveTimeout.Duration(),
+
+		promotedJournal: cfg.Hotkeys.Detect.Journal,
+		journalMaxlen:   cfg.Hotkeys.JournalMaxlen,
 	}
 	for i := range cfg.Scripts {
 		sc := cfg.Scripts[i]

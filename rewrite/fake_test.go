@@ -107,13 +107,20 @@ func init() {
 	} {
 		scriptName[string(s.sha)] = name
 		scriptName[string(s.body)] = name
+		if j := s.journaled; j != nil {
+			scriptName[string(j.sha)] = name + "/j"
+			scriptName[string(j.body)] = name + "/j"
+		}
 	}
+	scriptName[string(scriptShare.sha)] = "share"
+	scriptName[string(scriptShare.body)] = "share"
 }
 
 // render writes a request as a test states it: arguments joined by
 // spaces, a bucket script's SHA1 or body by its name, bucket i of key k as
 // "k#i" (its records as "k#i:intents"…), a layout as
-// "layout:<tags>[:<fill>|:merge]", MarkerPrefix as "<prefix>",
+// "layout:<tags>[:journal][:<fill>|:merge]", a journaled script as
+// "<name>/j", MarkerPrefix as "<prefix>",
 // appliedKeep in ms as "<keep>".
 // The generation it drops is kept for replies.
 func (f *fakeUpstream) render(r Request) string {

@@ -21,7 +21,7 @@ type keyConf struct {
 func (e *Engine) keyConf(key []byte) *keyConf {
 	rule, ok := e.settings.Load().registry.Lookup(key)
 	if !ok {
-		rule = config.KeyRule{Match: string(key), Route: config.RouteRandom}
+		rule = config.KeyRule{Match: string(key), Route: config.RouteRandom, Journal: e.settings.Load().promotedJournal}
 	}
 	return &keyConf{rule: rule, configured: ok}
 }
