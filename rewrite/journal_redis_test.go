@@ -27,6 +27,9 @@ func journalEngine(t *testing.T, maxlen int64) (*Engine, *redisUpstream) {
 	cfg.Hotkeys.JournalMaxlen = maxlen
 	cfg.Scripts = []config.Script{{Name: "deduct-n", Body: deductN, Amount: config.Amount{ArgvIndex: 1}, Soldout: -1, OrderID: 2}}
 	e.Reload(cfg)
+	// As a client would before its first EVALSHA: the key's master must
+	// hold the script, or a hot key's EVALSHA is NOSCRIPT as a plain one's.
+	u.do("SCRIPT", "LOAD", deductN)
 	return e, u
 }
 
