@@ -28,6 +28,12 @@ func TestCorpus(t *testing.T) {
 	proxied := corpusTarget{addr: e.ProxyAddr(), servers: []string{e.Redis.Addr()}}
 
 	cases := corpusCases()
+	corpusRunAll(t, cases, direct, proxied)
+}
+
+// corpusRunAll runs every case against direct and through proxied,
+// byte for byte, and checks that they all ran.
+func corpusRunAll(t *testing.T, cases []corpusCase, direct, proxied corpusTarget) {
 	corpusCheckNames(t, cases)
 	ran := 0
 	for _, c := range cases {

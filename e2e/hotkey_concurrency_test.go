@@ -184,19 +184,26 @@ func (c *hkConn) doStr(args ...string) (string, error) {
 
 func (c *hkConn) close() { c.nc.Close() }
 
-// hkMust runs a setup command through addr and checks its raw reply.
-func hkMust(t testing.TB, addr, want string, args ...string) {
+// hkDo runs one command through addr on a connection of its own: its
+// raw reply.
+func hkDo(t testing.TB, addr string, args ...string) string {
 	t.Helper()
 	c, err := hkDial(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.close()
-	got, err := c.doStr(args...)
+	r, err := c.doStr(args...)
 	if err != nil {
 		t.Fatalf("%v through %s: %v", args, addr, err)
 	}
-	if got != want {
+	return r
+}
+
+// hkMust runs a setup command through addr and checks its raw reply.
+func hkMust(t testing.TB, addr, want string, args ...string) {
+	t.Helper()
+	if got := hkDo(t, addr, args...); got != want {
 		t.Fatalf("%v through %s: got %q, want %q", args, addr, got, want)
 	}
 }

@@ -157,7 +157,7 @@ func jrSellOut(t *testing.T, e *jrEnv) {
 	for c := range cycles {
 		hkMust(t, e.a, "+OK\r\n", "PROXY", "UNSHARD", key)
 		hkMust(t, e.b, "+OK\r\n", "PROXY", "SHARD", key, strconv.Itoa(2+2*c))
-		if r := jrDo(t, e.b, "INCRBY", key, strconv.Itoa(refill)); !strings.HasPrefix(r, ":") {
+		if r := hkDo(t, e.b, "INCRBY", key, strconv.Itoa(refill)); !strings.HasPrefix(r, ":") {
 			t.Fatalf("INCRBY %s %d: %q", key, refill, r)
 		}
 	}
@@ -314,12 +314,12 @@ func jrBench(t *testing.T, e *jrEnv) {
 	go func() {
 		defer wg.Done()
 		for { // the first sale left 0; this one SETs 2000 and sells
-			r := jrDo(t, e.b, "GET", "jr:bench")
+			r := hkDo(t, e.b, "GET", "jr:bench")
 			if v, _ := resp.BulkValue([]byte(r)); string(v) != "0" && string(v) != "2000" {
 				break
 			}
 		}
-		if r := jrDo(t, e.b, "EVALSHA", hkDeductOne(t, hkScripts(t)).SHA1(), "1", "jr:bench", "not-the-bench"); !strings.HasPrefix(r, ":") || r == ":-1\r\n" {
+		if r := hkDo(t, e.b, "EVALSHA", hkDeductOne(t, hkScripts(t)).SHA1(), "1", "jr:bench", "not-the-bench"); !strings.HasPrefix(r, ":") || r == ":-1\r\n" {
 			t.Errorf("the other buyer, once the sale began: %q", r)
 		}
 	}()
@@ -480,21 +480,6 @@ func jrFields(v []any) map[string]any {
 		m[fmt.Sprint(v[i])] = v[i+1]
 	}
 	return m
-}
-
-// jrDo runs one command through addr: its raw reply.
-func jrDo(t *testing.T, addr string, args ...string) string {
-	t.Helper()
-	c, err := hkDial(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.close()
-	r, err := c.doStr(args...)
-	if err != nil {
-		t.Fatalf("%v through %s: %v", args, addr, err)
-	}
-	return r
 }
 
 // jrReconcileCmd runs hotkeyproxy reconcile against addr: its exit status

@@ -40,19 +40,7 @@ func TestCorpusRESP3(t *testing.T) {
 			cases = append(cases, c)
 		}
 	}
-	corpusCheckNames(t, cases)
-	ran := 0
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			ran++
-			want, got := corpusRunCase(t, c, direct, proxied)
-			for i, s := range c.steps {
-				corpusCompare(t, i, s, want[i], got[i])
-			}
-			corpusCheckServes(t, proxied.addr)
-		})
-	}
-	corpusCheckRan(t, ran, len(cases), 100)
+	corpusRunAll(t, cases, direct, proxied)
 }
 
 // TestClusterCorpusRESP3 runs the corpus, the cluster's cases and
