@@ -218,7 +218,24 @@ type KeyRule struct {
 	// Route is RouteRandom or RouteClient. Default (and when empty in the
 	// file) "random".
 	Route string `yaml:"route"`
+	// WaitReplicas makes every change of a bucket of a matching key (a
+	// deduct, a give back, a SET, a move between buckets) wait, before the
+	// client is answered, until this many replicas of the bucket's master
+	// have it (Redis's WAIT, on the connection that wrote it): then a
+	// failover cannot lose it. When fewer acknowledge within WaitTimeout,
+	// the client gets an error saying that the change was applied but may
+	// be lost on failover. 0 (the default) does not wait: Redis
+	// replicates asynchronously. Must not be negative, nor exceed the
+	// replicas each master has, or every change gets that error.
+	WaitReplicas int `yaml:"wait_replicas"`
+	// WaitTimeout bounds that wait, in whole milliseconds as WAIT takes
+	// it. With WaitReplicas set it must be 1ms or more and below
+	// upstream.read_timeout; default (and when 0) 100ms.
+	WaitTimeout Duration `yaml:"wait_timeout"`
 }
+
+// DefaultWaitTimeout is a KeyRule's WaitTimeout when the file sets none.
+const DefaultWaitTimeout = Duration(100 * time.Millisecond)
 
 // Detect configures the hot-key detector.
 type Detect struct {
@@ -320,6 +337,9 @@ func (c *Config) applyDefaults() {
 	for i := range c.Hotkeys.Keys {
 		if c.Hotkeys.Keys[i].Route == "" {
 			c.Hotkeys.Keys[i].Route = RouteRandom
+		}
+		if c.Hotkeys.Keys[i].WaitTimeout == 0 {
+			c.Hotkeys.Keys[i].WaitTimeout = DefaultWaitTimeout
 		}
 	}
 	if len(c.Upstream.Addrs) == 0 {
@@ -429,6 +449,16 @@ func (c *Config) validate() []*Error {
 		case RouteRandom, RouteClient:
 		default:
 			v.errorf(p+".route", `must be "random" or "client", got %q`, k.Route)
+		}
+		if k.WaitReplicas < 0 {
+			v.errorf(p+".wait_replicas", "must be >= 0, got %d", k.WaitReplicas)
+		}
+		if k.WaitReplicas > 0 {
+			if k.WaitTimeout < Duration(time.Millisecond) {
+				v.errorf(p+".wait_timeout", "must be 1ms or more, got %s", k.WaitTimeout)
+			} else if k.WaitTimeout >= c.Upstream.ReadTimeout {
+				v.errorf(p+".wait_timeout", "must be below upstream.read_timeout (%s), got %s", c.Upstream.ReadTimeout, k.WaitTimeout)
+			}
 		}
 	}
 	d := &h.Detect

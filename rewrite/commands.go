@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha1"
 	"encoding/hex"
 	"errors"
@@ -207,15 +208,17 @@ func (e *Engine) set(h *hotKey, args [][]byte) ([]byte, error) {
 			bucketExpiry = [][]byte{[]byte("PX"), strconv.AppendInt(nil, ttl, 10)}
 		}
 	}
-	if err := e.writeShares(h, l, total, bucketExpiry); err != nil {
+	unacked, err := e.writeShares(h, l, total, bucketExpiry)
+	if err != nil {
 		return nil, err
 	}
 	setMarker := append([][]byte{[]byte("SET"), key, l.Marker()}, args[3:]...)
-	r, err := e.relay(h, Request{Key: key, Args: setMarker})
-	if err != nil {
+	r, markUnacked := e.sendChange(h, Request{Key: key, Args: setMarker})
+	if err := replyErr(r); err != nil {
 		e.dropBuckets(h, l)
 		return nil, err
 	}
+	unacked = cmp.Or(unacked, markUnacked)
 	var wasSet bool // with GET, the reply is the old value: NX and XX say
 	switch {
 	case !get:
@@ -241,6 +244,8 @@ func (e *Engine) set(h *hotKey, args [][]byte) ([]byte, error) {
 		}
 	}
 	switch {
+	case wasSet && unacked != nil:
+		return nil, unacked
 	case get:
 		return old, nil
 	case wasSet:
@@ -249,19 +254,24 @@ func (e *Engine) set(h *hotKey, args [][]byte) ([]byte, error) {
 	return redcon.AppendNull(nil), nil
 }
 
-// writeShares writes total over the buckets of l, each with expiry.
-func (e *Engine) writeShares(h *hotKey, l *Layout, total int64, expiry [][]byte) error {
+// writeShares writes total over the buckets of l, each with expiry;
+// unacked is the first write short of the replicas the rule waits for.
+func (e *Engine) writeShares(h *hotKey, l *Layout, total int64, expiry [][]byte) (unacked, err error) {
 	reqs := make([]Request, l.N())
 	for i := range reqs {
 		b := l.Bucket(i)
 		reqs[i] = Request{Key: b, Args: append([][]byte{[]byte("SET"), b, strconv.AppendInt(nil, l.Share(total, i), 10)}, expiry...)}
 	}
-	for _, r := range e.send(h, reqs) {
+	replies, short := e.sendChanges(h, reqs)
+	for _, r := range replies {
 		if err := replyErr(r); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	for _, u := range short {
+		unacked = cmp.Or(unacked, u)
+	}
+	return unacked, nil
 }
 
 // dropBuckets deletes the buckets of a layout that no key names, with

@@ -17,13 +17,19 @@ import (
 type Request struct {
 	Key  []byte
 	Args [][]byte
+	// Follows sends the request (Key unused) on the connection of the
+	// request before it in the same Do, right after it, and again after
+	// it whenever that one is sent again (a redirection, a retry): for
+	// WAIT, which counts what its own connection wrote.
+	Follows bool
 }
 
 // Upstream is how the engine reaches Redis.
 type Upstream interface {
 	// Do sends each request to the master serving its key's slot, all at
 	// once, and returns the raw replies in order; a request that could
-	// not be sent gets an error reply.
+	// not be sent gets an error reply. The requests to one master go on
+	// one connection, in order.
 	Do(reqs []Request) [][]byte
 	// Placement reports the masters serving slots now: how many, and the
 	// index of the one serving a slot (-1 for none). A standalone server

@@ -205,19 +205,21 @@ return {2, tonumber(string.match(redis.call('hget', KEYS[2], ARGV[2]), '^(%S+)')
 
 // eval runs a bucket script on the node of route: EVALSHA, then EVAL when
 // the node has not got it. {a, b} is the script's reply; the error is the
-// node's, or a redisError holding a reply that is not a pair.
+// node's, or a redisError holding a reply that is not a pair, or an
+// unackedError with {a, b} set: the script ran, and its change is short of
+// the replicas the rule waits for.
 func (e *Engine) eval(h *hotKey, s *bucketScript, route []byte, keys [][]byte, argv ...[]byte) (a, b int64, err error) {
 	args := scriptArgs(s, keys, argv)
-	r := e.send(h, []Request{{Key: route, Args: args}})[0]
+	r, unacked := e.sendChange(h, Request{Key: route, Args: args})
 	if noScript(r) {
 		args[0], args[1] = []byte("EVAL"), s.body
-		r = e.send(h, []Request{{Key: route, Args: args}})[0]
+		r, unacked = e.sendChange(h, Request{Key: route, Args: args})
 	}
 	a, b, ok := pair(r)
 	if !ok {
 		return 0, 0, &redisError{reply: r}
 	}
-	return a, b, nil
+	return a, b, unacked
 }
 
 // scriptCall is one run of a bucket script, for evalAll; or, with s nil,
@@ -234,7 +236,9 @@ func newScriptCall(s *bucketScript, route []byte, keys [][]byte, argv ...[]byte)
 
 // evalAll runs calls all at once: EVALSHA (a plain command as it is),
 // then EVAL again, all at once, for those whose node had not got the
-// script. The raw replies, in order.
+// script. The raw replies, in order; a call whose change is short of the
+// replicas the rule waits for gets its unackedError as its reply, so that
+// the step counts as failed and is left for whoever looks next.
 func (e *Engine) evalAll(h *hotKey, calls []scriptCall) [][]byte {
 	if len(calls) == 0 {
 		return nil
@@ -243,7 +247,7 @@ func (e *Engine) evalAll(h *hotKey, calls []scriptCall) [][]byte {
 	for i, c := range calls {
 		reqs[i] = Request{Key: c.route, Args: c.args}
 	}
-	replies := e.send(h, reqs)
+	replies := e.sendEach(h, reqs)
 	var again []Request
 	var at []int
 	for i, r := range replies {
@@ -254,7 +258,7 @@ func (e *Engine) evalAll(h *hotKey, calls []scriptCall) [][]byte {
 		}
 	}
 	if len(again) > 0 {
-		for j, r := range e.send(h, again) {
+		for j, r := range e.sendEach(h, again) {
 			replies[at[j]] = r
 		}
 	}
@@ -297,14 +301,15 @@ func pair(r []byte) (a, b int64, ok bool) {
 // bucketOp runs a bucket script on bucket b of l with one argument, arg,
 // and reads its {a, b} reply; a missing bucket is what lose makes of it:
 // errGone (h forgotten), or a lostError when the bucket alone is lost.
+// With an unackedError, x and y are the reply of the script that ran.
 func (e *Engine) bucketOp(h *hotKey, l *Layout, b int, s *bucketScript, arg int64) (x, y int64, err error) {
 	key := l.Bucket(b)
 	x, y, err = e.eval(h, s, key, [][]byte{key}, strconv.AppendInt(nil, arg, 10))
 	switch {
-	case err != nil:
+	case err != nil && !isUnacked(err):
 		return 0, 0, err
 	case x == -2:
 		return 0, 0, e.lose(h, l, b)
 	}
-	return x, y, nil
+	return x, y, err // an unackedError: the change stands, x and y say what it was
 }
