@@ -66,7 +66,7 @@ func (e *Engine) sendChanges(h *hotKey, reqs []Request) (replies [][]byte, unack
 			if unacked == nil {
 				unacked = make([]error, len(reqs))
 			}
-			h.count.changesUnacked.Add(1)
+			h.count.waitsShort.Add(1)
 			unacked[i] = newUnackedError(h.name, reqs[i].Key, e.up.Node(hashslot.Of(reqs[i].Key)), max(acked, 0), want, timeout)
 		}
 	}
