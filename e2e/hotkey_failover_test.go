@@ -3,6 +3,8 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"net/http/httptest"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -302,4 +304,58 @@ func foBuckets(t *testing.T, c *localredis.Cluster) []int64 {
 		}
 	}
 	return vals
+}
+
+// TestHotKeyWaitReplicasUnacked: a standalone server has no replica, so
+// with wait_replicas: 1 every change of a hot key is applied, and the
+// client told so with an error that it may be lost on failover; each short
+// WAIT is counted. A reload to wait_replicas: 0 answers as before, at once.
+func TestHotKeyWaitReplicasUnacked(t *testing.T) {
+	sc := hkDeductOne(t, hkScripts(t))
+	rule := config.KeyRule{Match: "stock:w", Buckets: 4, Route: config.RouteRandom, WaitReplicas: 1, WaitTimeout: config.Duration(20 * time.Millisecond)}
+	e := startEnv(t, func(c *config.Config) {
+		c.Hotkeys.Keys = []config.KeyRule{rule}
+		c.Scripts = []config.Script{sc}
+	})
+	addr := e.ProxyAddr()
+	const short = "but only 0 of 1 replicas acknowledged it within 20ms; " + unackedText + "\r\n"
+	for _, st := range []struct {
+		cmd  []string
+		left string
+	}{
+		{[]string{"SET", "stock:w", "10"}, "10"},
+		{[]string{"EVALSHA", sc.SHA1(), "1", "stock:w"}, "9"},
+		{[]string{"DECR", "stock:w"}, "8"},
+		{[]string{"INCRBY", "stock:w", "2"}, "10"},
+	} {
+		r := hkMustDo(t, addr, st.cmd...)
+		if !strings.HasPrefix(r, "-ERR hotkeyproxy: 'stock:w' was changed on bucket ") || !strings.HasSuffix(r, short) {
+			t.Errorf("%v = %q, want the change applied and unacknowledged", st.cmd, r)
+		}
+		if got := hkGet(t, addr, "stock:w"); got != "$"+strconv.Itoa(len(st.left))+"\r\n"+st.left+"\r\n" {
+			t.Errorf("GET after %v = %q, want %s: the change applied", st.cmd, got, st.left)
+		}
+	}
+	// One short WAIT at least for each command, one per request that
+	// changed something (a SET writes the key and every bucket).
+	rec := httptest.NewRecorder()
+	e.Proxy.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	m := regexp.MustCompile(`hotkeyproxy_hotkey_replica_waits_short_total\{key="stock:w"\} (\d+)\n`).FindStringSubmatch(rec.Body.String())
+	n := 0
+	if m != nil {
+		n, _ = strconv.Atoi(m[1])
+	}
+	if n < 8 {
+		t.Errorf("short WAITs counted %d, want 8 or more", n)
+	}
+
+	rule.WaitReplicas = 0
+	cfg := *e.Cfg
+	cfg.Hotkeys.Keys = []config.KeyRule{rule}
+	if _, err := e.Proxy.Apply(&cfg); err != nil {
+		t.Fatal(err)
+	}
+	if r := hkMustDo(t, addr, "DECR", "stock:w"); r != ":9\r\n" {
+		t.Errorf("DECR after the reload to wait_replicas: 0 = %q, want :9", r)
+	}
 }
