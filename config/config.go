@@ -263,6 +263,11 @@ type Detect struct {
 	// Demote turns promoted keys back into plain keys once they stay
 	// below the threshold. Default false: a promoted key stays hot.
 	Demote bool `yaml:"demote"`
+	// WaitReplicas and WaitTimeout are KeyRule's, for the keys hot
+	// without a rule: promoted, sharded by PROXY SHARD, or learned from
+	// Redis. Default 0 and 100ms.
+	WaitReplicas int      `yaml:"wait_replicas"`
+	WaitTimeout  Duration `yaml:"wait_timeout"`
 }
 
 // Script is a deduct script recognised on hot keys.
@@ -318,10 +323,11 @@ func Default() *Config {
 		Log:             Log{Level: LevelInfo, Format: FormatText},
 		Hotkeys: Hotkeys{
 			Detect: Detect{
-				SampleRate: 0.01,
-				Window:     Duration(time.Second),
-				Threshold:  5000,
-				Capacity:   10000,
+				SampleRate:  0.01,
+				Window:      Duration(time.Second),
+				Threshold:   5000,
+				Capacity:    10000,
+				WaitTimeout: DefaultWaitTimeout,
 			},
 			SoldoutTTL:  Duration(100 * time.Millisecond),
 			MoveTimeout: Duration(2 * time.Second),
@@ -450,18 +456,10 @@ func (c *Config) validate() []*Error {
 		default:
 			v.errorf(p+".route", `must be "random" or "client", got %q`, k.Route)
 		}
-		if k.WaitReplicas < 0 {
-			v.errorf(p+".wait_replicas", "must be >= 0, got %d", k.WaitReplicas)
-		}
-		if k.WaitReplicas > 0 {
-			if k.WaitTimeout < Duration(time.Millisecond) {
-				v.errorf(p+".wait_timeout", "must be 1ms or more, got %s", k.WaitTimeout)
-			} else if k.WaitTimeout >= c.Upstream.ReadTimeout {
-				v.errorf(p+".wait_timeout", "must be below upstream.read_timeout (%s), got %s", c.Upstream.ReadTimeout, k.WaitTimeout)
-			}
-		}
+		v.wait(p, k.WaitReplicas, k.WaitTimeout, c.Upstream.ReadTimeout)
 	}
 	d := &h.Detect
+	v.wait("hotkeys.detect", d.WaitReplicas, d.WaitTimeout, c.Upstream.ReadTimeout)
 	if !(d.SampleRate > 0 && d.SampleRate <= 1) {
 		v.errorf("hotkeys.detect.sample_rate", "must be in (0, 1], got %v", d.SampleRate)
 	}
@@ -555,6 +553,22 @@ func (v *validator) addr(key, addr string, listen bool) bool {
 		return false
 	}
 	return true
+}
+
+// wait checks the wait_replicas and wait_timeout under prefix: WAIT's
+// timeout is whole milliseconds (0 would wait forever), and a wait as long
+// as the read timeout would fail as a timeout instead.
+func (v *validator) wait(prefix string, replicas int, timeout, readTimeout Duration) {
+	if replicas < 0 {
+		v.errorf(prefix+".wait_replicas", "must be >= 0, got %d", replicas)
+	}
+	switch {
+	case replicas <= 0:
+	case timeout < Duration(time.Millisecond):
+		v.errorf(prefix+".wait_timeout", "must be 1ms or more, got %s", timeout)
+	case timeout >= readTimeout:
+		v.errorf(prefix+".wait_timeout", "must be below upstream.read_timeout (%s), got %s", readTimeout, timeout)
+	}
 }
 
 func (v *validator) positive(key string, d Duration) {

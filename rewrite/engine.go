@@ -98,6 +98,9 @@ type settings struct {
 	// moveTimeout is hotkeys.move_timeout: a move between buckets left
 	// unfinished is finished by any proxy within it.
 	moveTimeout time.Duration
+	// unruledWait is hotkeys.detect's wait_replicas and wait_timeout, for
+	// the keys hot without a rule.
+	unruledWait config.Detect
 }
 
 // New returns an engine for cfg's hot keys and deduct scripts; it logs to
@@ -117,7 +120,8 @@ func New(up Upstream, cfg *config.Config, log *slog.Logger) *Engine {
 }
 
 // Reload applies cfg's hot-key rules, deduct scripts, soldout_ttl,
-// read_staleness and move_timeout; the upstream mode is fixed at New. A key that a rule no
+// read_staleness, move_timeout and the detect settings' wait_replicas and
+// wait_timeout; the upstream mode is fixed at New. A key that a rule no
 // longer names keeps its buckets and stays hot while it holds a layout, as
 // a learned key does: dropping a rule never strands stock (PROXY UNSHARD
 // merges it).
@@ -128,6 +132,7 @@ func (e *Engine) Reload(cfg *config.Config) {
 		soldoutTTL:  cfg.Hotkeys.SoldoutTTL.Duration(),
 		staleness:   cfg.Hotkeys.ReadStaleness.Duration(),
 		moveTimeout: cfg.Hotkeys.MoveTimeout.Duration(),
+		unruledWait: cfg.Hotkeys.Detect,
 	}
 	for i := range cfg.Scripts {
 		sc := cfg.Scripts[i]

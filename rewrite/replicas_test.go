@@ -74,3 +74,18 @@ func TestWaitReplicas(t *testing.T) {
 		})
 	}
 }
+
+// TestWaitReplicasUnruled: a key hot without a rule (learned, promoted)
+// waits as hotkeys.detect says, and a reload changes it.
+func TestWaitReplicasUnruled(t *testing.T) {
+	cfg := testEngineConfig(config.KeyRule{Match: "other", Buckets: 4, Route: config.RouteRandom})
+	cfg.Hotkeys.Detect.WaitReplicas = 1
+	e, f, c := testEngineOf(t, cfg, 2, nil)
+	e.Learn([]byte("k"))
+	run(t, e, f, c, []step{{cmd: one, want: join(loaded(5, 5, 5, 5), []exchange{
+		{"EVALSHA deduct 1 k#2 1", pair2(1, 4)}, {"WAIT 1 100", num(1)},
+	}), reply: num(19)}})
+	cfg.Hotkeys.Detect.WaitReplicas = 0
+	e.Reload(cfg)
+	run(t, e, f, c, []step{{cmd: one, want: []exchange{{"EVALSHA deduct 1 k#2 1", pair2(1, 3)}}, reply: num(18)}})
+}
