@@ -56,6 +56,18 @@ func TestWaitReplicas(t *testing.T) {
 				{"EVALSHA add 1 k#0 3", pair2(1, 8)}, {wait, num(0)},
 			}), reply: unackedR(t, 0, "0")}}
 		}, 1},
+		{"a bucket found missing: its lost record is not waited for", func(*testing.T) []step {
+			return []step{{cmd: one, want: join(loaded(5, 5, 5, 5), []exchange{
+				{"EVALSHA deduct 1 k#2 1", pair2(-2, 0)}, {wait, num(0)},
+				{"EVALSHA lose 2 k k#0:lost layout:0 1 2 3 2 5 1000", pair2(1, 5)},
+			}), reply: errR("ERR hotkeyproxy: 'k' lost bucket 2 ({2}k#2.a): its key is missing while the layout names it; it held 5 units when last seen; the other buckets still sell")}}
+		}, 1},
+		{"a gather's apply short of replicas: its intent stays for whoever looks next", func(t *testing.T) []step {
+			return []step{{cmd: five, want: join(loaded(2, 2, 2, 2), reads(2, 2, 2, 2), []exchange{
+				{"EVALSHA take 2 k#1 k#1:intents 3 m1 0 <keep>", pair2(2, 0)}, {wait, num(1)},
+				{"EVALSHA apply 2 k#0 k#0:applied m1 2 <keep>", pair2(1, 4)}, {wait, num(0)},
+			}), reply: unackedR(t, 0, "0")}}
+		}, 1},
 		{"a node without the script: WAIT follows the EVAL that ran", func(*testing.T) []step {
 			return []step{{cmd: "DECR k", want: join(loaded(5, 5, 5, 5), []exchange{
 				{"EVALSHA deduct 1 k#2 1", errR("NOSCRIPT No matching script. Please use EVAL.")}, {wait, num(1)},

@@ -240,6 +240,12 @@ func newScriptCall(s *bucketScript, route []byte, keys [][]byte, argv ...[]byte)
 // replicas the rule waits for gets its unackedError as its reply, so that
 // the step counts as failed and is left for whoever looks next.
 func (e *Engine) evalAll(h *hotKey, calls []scriptCall) [][]byte {
+	return e.evalAllBy(h, calls, e.sendEach)
+}
+
+// evalAllBy is evalAll sending by send: sendEach, or send for records
+// that anyone writes again when a failover loses them.
+func (e *Engine) evalAllBy(h *hotKey, calls []scriptCall, send func(*hotKey, []Request) [][]byte) [][]byte {
 	if len(calls) == 0 {
 		return nil
 	}
@@ -247,7 +253,7 @@ func (e *Engine) evalAll(h *hotKey, calls []scriptCall) [][]byte {
 	for i, c := range calls {
 		reqs[i] = Request{Key: c.route, Args: c.args}
 	}
-	replies := e.sendEach(h, reqs)
+	replies := send(h, reqs)
 	var again []Request
 	var at []int
 	for i, r := range replies {
@@ -258,7 +264,7 @@ func (e *Engine) evalAll(h *hotKey, calls []scriptCall) [][]byte {
 		}
 	}
 	if len(again) > 0 {
-		for j, r := range e.sendEach(h, again) {
+		for j, r := range send(h, again) {
 			replies[at[j]] = r
 		}
 	}
