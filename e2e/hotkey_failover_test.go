@@ -329,7 +329,7 @@ func TestHotKeyWaitReplicasUnacked(t *testing.T) {
 		{[]string{"INCRBY", "stock:w", "2"}, "10"},
 	} {
 		r := hkMustDo(t, addr, st.cmd...)
-		if !strings.HasPrefix(r, "-ERR hotkeyproxy: 'stock:w' was changed on bucket ") || !strings.HasSuffix(r, short) {
+		if !strings.HasPrefix(r, "-ERR hotkeyproxy: 'stock:w' was changed in ") || !strings.HasSuffix(r, short) {
 			t.Errorf("%v = %q, want the change applied and unacknowledged", st.cmd, r)
 		}
 		if got := hkGet(t, addr, "stock:w"); got != "$"+strconv.Itoa(len(st.left))+"\r\n"+st.left+"\r\n" {

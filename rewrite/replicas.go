@@ -15,8 +15,8 @@ import (
 // connection wrote, so only there does it cover the change. Redis
 // replicates asynchronously, so a change a master acknowledged can be
 // missing on the replica a failover promotes; a change its replicas
-// acknowledged cannot (with one replica per master; with more, Redis
-// promotes the most up to date).
+// acknowledged cannot, when they are all the master has (Redis Cluster
+// lets the replica with the highest offset try first, no guarantee).
 
 // unackedError is a change of a bucket that its master applied but fewer
 // replicas than the rule's wait_replicas acknowledged in time: it may be
@@ -25,8 +25,8 @@ type unackedError struct {
 	keyError
 }
 
-func newUnackedError(key string, bucket []byte, node string, acked, want int64, timeout time.Duration) *unackedError {
-	return &unackedError{keyError{key: key, reason: "was changed on bucket " + string(bucket) + " at " + node +
+func newUnackedError(key string, written []byte, node string, acked, want int64, timeout time.Duration) *unackedError {
+	return &unackedError{keyError{key: key, reason: "was changed in " + string(written) + " on " + node +
 		", but only " + strconv.FormatInt(acked, 10) + " of " + strconv.FormatInt(want, 10) +
 		" replicas acknowledged it within " + timeout.String() + "; the change was applied and may be lost on failover"}}
 }

@@ -15,7 +15,7 @@ func unackedR(t *testing.T, b int, acked string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return errR("ERR hotkeyproxy: 'k' was changed on bucket " + string(l.Bucket(b)) + " at fake:6379, but only " + acked +
+	return errR("ERR hotkeyproxy: 'k' was changed in " + string(l.Bucket(b)) + " on fake:6379, but only " + acked +
 		" of 1 replicas acknowledged it within 100ms; the change was applied and may be lost on failover")
 }
 
