@@ -6,7 +6,7 @@ GO ?= go
 # having found nothing (golang/go#75804). 300000 runs: ~20 s here.
 FUZZTIME ?= 300000x
 
-.PHONY: test deps build bench fuzz
+.PHONY: test deps build bench fuzz redis-suite
 
 build:
 	$(GO) build -o hotkeyproxy .
@@ -33,3 +33,10 @@ fuzz:
 bench: deps
 	@command -v nutcracker >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nutcracker >/dev/null; }
 	./bench/passthrough.sh
+
+# Redis 7.0's own Tcl suite through the proxy (not in CI: 15 to 25 minutes, more
+# with DIRECT=1, which runs each unit against Redis directly too). SRC is a
+# Redis 7.0 source tree with its binaries; see bench/redis_suite.sh.
+redis-suite:
+	@[ -n "$(SRC)" ] || { echo 'usage: make redis-suite SRC=path/to/redis [DIRECT=1] [UNITS="unit/type/list ..."]'; exit 2; }
+	DIRECT=$(DIRECT) ./bench/redis_suite.sh $(SRC) $(UNITS)

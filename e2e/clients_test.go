@@ -387,6 +387,10 @@ func goRedisSession(t *testing.T, rdb *redis.Client, direct redis.UniversalClien
 		mustOK(t, "PING after errors", rdb.Ping(ctx).Err())
 	})
 
+	t.Run("client-list-kill", func(t *testing.T) {
+		goRedisClientList(t, ctx, rdb)
+	})
+
 	t.Run("pubsub", func(t *testing.T) {
 		ps := rdb.Subscribe(ctx, "go:chan")
 		defer ps.Close()
@@ -451,6 +455,48 @@ func goRedisSession(t *testing.T, rdb *redis.Client, direct redis.UniversalClien
 		mustOK(t, "GET in the upstream's db 7", err)
 		equal(t, "GET in the upstream's db 7", v, "seven")
 	})
+}
+
+// goRedisClientList: CLIENT SETNAME shows in CLIENT LIST with the id
+// CLIENT ID gives, and CLIENT KILL ID and ADDR close a client of the
+// proxy, which go-redis then replaces.
+func goRedisClientList(t *testing.T, ctx context.Context, rdb *redis.Client) {
+	conn := rdb.Conn()
+	defer conn.Close()
+	mustOK(t, "CLIENT SETNAME", conn.ClientSetName(ctx, "go-listed").Err())
+	id, err := conn.ClientID(ctx).Result()
+	mustOK(t, "CLIENT ID", err)
+	list, err := rdb.ClientList(ctx).Result()
+	mustOK(t, "CLIENT LIST", err)
+	var line string
+	for l := range strings.SplitSeq(list, "\n") {
+		if strings.Contains(l, " name=go-listed ") {
+			line = l
+		}
+	}
+	if !strings.HasPrefix(line, fmt.Sprintf("id=%d addr=", id)) || !strings.Contains(line, " cmd=client|id user=default ") {
+		t.Fatalf("CLIENT LIST line of the named client: %q; want id=%d, cmd=client|id (list %q)", line, id, list)
+	}
+	info, err := conn.ClientInfo(ctx).Result()
+	mustOK(t, "CLIENT INFO", err)
+	equal(t, "CLIENT INFO id", info.ID, id)
+	equal(t, "CLIENT INFO name", info.Name, "go-listed")
+
+	killed, err := rdb.ClientKillByFilter(ctx, "ID", strconv.FormatInt(id, 10)).Result()
+	mustOK(t, "CLIENT KILL ID", err)
+	equal(t, "CLIENT KILL ID", killed, int64(1))
+	if err := conn.Ping(ctx).Err(); err == nil {
+		t.Errorf("PING on the killed connection succeeded")
+	}
+	victim := rdb.Conn()
+	defer victim.Close()
+	mustOK(t, "CLIENT SETNAME", victim.ClientSetName(ctx, "go-victim").Err())
+	vinfo, err := victim.ClientInfo(ctx).Result()
+	mustOK(t, "CLIENT INFO", err)
+	mustOK(t, "CLIENT KILL addr", rdb.ClientKill(ctx, vinfo.Addr).Err())
+	if err := rdb.ClientKill(ctx, vinfo.Addr).Err(); err == nil || err.Error() != "ERR No such client" {
+		t.Errorf("CLIENT KILL of a closed address: %v, want ERR No such client", err)
+	}
 }
 
 func TestClientsGoRedis(t *testing.T) {

@@ -37,7 +37,6 @@ const (
 	sortGetReply   = "-ERR GET option of SORT denied in Cluster mode.\r\n"
 	copyDBReply    = "-ERR Copying to another database is not allowed in cluster mode\r\n"
 	waitReply      = "-ERR WAIT is not supported by hotkeyproxy in cluster mode\r\n"
-	noEvictReply   = "-ERR CLIENT NO-EVICT is not supported by hotkeyproxy in cluster mode\r\n"
 )
 
 // Why a case differs on a cluster. Each names the design decision.
@@ -59,8 +58,6 @@ const (
 	whySort = "Redis Cluster refuses SORT BY/GET patterns, whose keys may be in any slot"
 	whyWait = "WAIT counts the replicas of the node a connection writes to; the proxy refuses it " +
 		"in cluster mode with an -ERR naming it (README: not supported, by design)"
-	whyNoEvict = "CLIENT NO-EVICT would have to follow the client to every node; refused in " +
-		"cluster mode with an -ERR naming it"
 )
 
 // clusterDiff is how a corpus case goes on a cluster, by design. Either
@@ -182,9 +179,6 @@ func clusterCorpusDiffs(l *clusterLayout) map[string]clusterDiff {
 			sel(0, "SELECT 4")}},
 		"select/flushdb": {why: whySelect, steps: []clusterStepDiff{
 			sel(0, "SELECT 1"), sel(5, "SELECT 1")}},
-		"conn/client-list-info": {why: whyNoEvict, steps: []clusterStepDiff{
-			diffStep(2, "CLIENT NO-EVICT on", noEvictReply), diffStep(3, "CLIENT NO-EVICT off", noEvictReply),
-			diffStep(4, "CLIENT NO-EVICT maybe", noEvictReply)}},
 		"conn/reset": {why: whySelect, steps: []clusterStepDiff{
 			sel(0, "SELECT 1")}},
 		"conn/mixed-case": {why: whySelect, steps: []clusterStepDiff{
@@ -288,14 +282,6 @@ func (l *clusterLayout) masterOf(slot int) int {
 // leakWatch fails the test when a reply of the proxy names a backend node:
 // the proxy is one standalone Redis to its clients.
 type leakWatch struct{ addrs []string }
-
-// showsConnections reports the commands whose reply is Redis's view of the
-// proxy's upstream connections, node addresses included, as in standalone
-// mode (README, known differences): CLIENT LIST and CLIENT INFO.
-func showsConnections(step string) bool {
-	u := strings.ToUpper(step)
-	return strings.Contains(u, "CLIENT LIST") || strings.Contains(u, "CLIENT INFO")
-}
 
 func (w *leakWatch) check(t *testing.T, what, reply string) {
 	t.Helper()
@@ -467,9 +453,7 @@ func clusterRunCases(t *testing.T, e *clusterEnv, l *clusterLayout, leaks *leakW
 			got := proxied.run(t, c.steps)
 			for i, s := range c.steps {
 				p := strings.Join(got[i], "")
-				if !showsConnections(stepText(s)) {
-					leaks.check(t, fmt.Sprintf("step %d sent %s", i, corpusQuote(stepText(s))), p)
-				}
+				leaks.check(t, fmt.Sprintf("step %d sent %s", i, corpusQuote(stepText(s))), p)
 				if sd, ok := d.step(i); ok {
 					if p != sd.reply {
 						t.Errorf("step %d (conn %d) sent %s: want the cluster's reply (%s)\n cluster: %s\n proxy:   %s",

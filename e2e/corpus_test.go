@@ -816,7 +816,26 @@ func corpusCases() []corpusCase {
 		tc("conn/client-list-info",
 			checked("CLIENT LIST", bulkWith("id=", "addr=", "cmd=client")),
 			checked("CLIENT INFO", bulkWith("id=", "addr=", "cmd=client")),
-			"CLIENT NO-EVICT on", "CLIENT NO-EVICT off", "CLIENT NO-EVICT maybe"),
+			"CLIENT NO-EVICT on", "CLIENT NO-EVICT off", "CLIENT NO-EVICT maybe", "CLIENT NO-EVICT", "CLIENT NO-TOUCH on",
+			"CLIENT LIST TYPE foo", "CLIENT LIST TYPE normal x", "CLIENT LIST ID abc", "CLIENT LIST ID", "CLIENT LIST foo",
+			"CLIENT LIST ID 999999", "CLIENT LIST TYPE master", "CLIENT LIST TYPE replica", "CLIENT LIST TYPE slave", "CLIENT INFO x"),
+		tc("conn/client-kill-errors", "CLIENT KILL", "CLIENT KILL 1.2.3.4:5", "CLIENT KILL ID", "CLIENT KILL ID abc",
+			"CLIENT KILL ID 0", "CLIENT KILL ID -1", "CLIENT KILL ID 999999", "CLIENT KILL ID 1 SKIPME maybe", "CLIENT KILL TYPE foo",
+			"CLIENT KILL a b c", "CLIENT KILL ID 999999 SKIPME", "CLIENT KILL USER nobody", "CLIENT KILL USER default ADDR 1.2.3.4:5",
+			"CLIENT KILL LADDR 1.2.3.4:5", "CLIENT KILL TYPE master", "CLIENT KILL TYPE pubsub", "CLIENT KILL ADDR 1.2.3.4:5 SKIPME no",
+			`CLIENT KILL ""`, `CLIENT KILL ADDR "" SKIPME no`, `CLIENT KILL LADDR ""`, "PING"),
+		tc("conn/client-unblock-errors", "CLIENT UNBLOCK", "CLIENT UNBLOCK abc", "CLIENT UNBLOCK 1 foo", "CLIENT UNBLOCK abc foo",
+			"CLIENT UNBLOCK 999999", "CLIENT UNBLOCK 999999 TIMEOUT", "CLIENT UNBLOCK 999999 error", "CLIENT UNBLOCK 1 2 3"),
+		tc("conn/client-tracking-off", "CLIENT GETREDIR", "CLIENT TRACKINGINFO", "CLIENT GETREDIR x", "CLIENT TRACKINGINFO x",
+			"CLIENT TRACKING", "CLIENT CACHING yes"),
+		tc("conn/client-reply", raw(corpusCmd("CLIENT", "REPLY", "OFF")+corpusCmd("SET", "a", "1")+corpusCmd("GET", "a")+
+			corpusCmd("NOSUCH")+corpusCmd("CLIENT", "REPLY", "SKIP")+corpusCmd("GET", "a")+corpusCmd("CLIENT", "REPLY", "ON")+
+			corpusCmd("GET", "a")+corpusCmd("CLIENT", "REPLY", "SKIP")+corpusCmd("CLIENT", "REPLY", "SKIP")+corpusCmd("INCR", "a")+
+			corpusCmd("GET", "a")+corpusCmd("CLIENT", "REPLY", "SKIP")+corpusCmd("CLIENT", "REPLY", "ON")+corpusCmd("PING")+
+			corpusCmd("CLIENT", "REPLY", "SKIP")+corpusCmd("MGET", "a", "b")+corpusCmd("CLIENT", "REPLY", "FOO")+
+			corpusCmd("CLIENT", "REPLY")+corpusCmd("GET", "a"), 8)),
+		tc("conn/client-reply-off-pipeline", raw(corpusCmd("CLIENT", "REPLY", "OFF")+strings.Repeat(corpusCmd("INCR", "n"), 300)+
+			corpusCmd("CLIENT", "REPLY", "ON")+corpusCmd("GET", "n"), 2)),
 		tc("conn/quit", raw(corpusCmd("QUIT"), corpusUntilClose)),
 		tc("conn/quit-pipelined", raw("PING\r\n"+corpusCmd("QUIT")+"PING\r\n", corpusUntilClose)),
 		tc("conn/quit-inline", raw("SET a 1\r\nQUIT\r\nSET a 2\r\n", corpusUntilClose), on(1, cmds("GET a")...)),

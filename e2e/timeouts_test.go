@@ -7,6 +7,7 @@ package e2e
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -235,6 +236,80 @@ func TestBusyScript(t *testing.T) {
 		k := keyInRange("busy:", 0)
 		run(t, e.ProxyAddr(), e.Cluster.Seeds(), []string{"EVAL", "while true do end", "1", k}, []string{"GET", k})
 	})
+}
+
+// TestBusyScriptOtherDB: SCRIPT KILL, FUNCTION KILL and FUNCTION STATS
+// from a client of db 9 reach a Redis that a script keeps busy, and every
+// reply is the one
+// Redis gives directly: a busy Redis refuses the SELECT that a new
+// connection to db 9 begins with, so these must not need one (Redis's
+// test suite runs in db 9). One shared connection per db, so the other
+// client's is the script's. A script and a function, killed each by the
+// wrong command first (Redis's -BUSY) and then by its own.
+func TestBusyScriptOtherDB(t *testing.T) {
+	e := startEnv(t, func(c *config.Config) {
+		c.Upstream.ConnsPerNode = 1
+		c.Upstream.ReadTimeout = config.Duration(20 * time.Second)
+	})
+	redisAddr := e.Redis.Addr()
+	if got := nodeDo(t, redisAddr, "CONFIG", "SET", "busy-reply-threshold", "100"); got != "+OK\r\n" {
+		t.Fatalf("CONFIG SET busy-reply-threshold: %q", got)
+	}
+	lib := "#!lua name=busylib\nredis.register_function('busy', function() while true do end end)"
+	if got := nodeDo(t, redisAddr, "FUNCTION", "LOAD", "REPLACE", lib); got != "$7\r\nbusylib\r\n" {
+		t.Fatalf("FUNCTION LOAD: %q", got)
+	}
+	// transcript runs the script on one client of db 9 and the kills on
+	// another, at addr; it returns every reply, in order.
+	transcript := func(t *testing.T, addr string, script []string, wrongKill, kill string) []string {
+		c, err := dialFault(addr, callBound)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.close()
+		var got []string
+		do := func(args ...string) {
+			r, err := c.do(args...)
+			if err != nil {
+				t.Fatalf("%q: %v", args, err)
+			}
+			got = append(got, r)
+		}
+		do("SELECT", "9")
+		do("PING") // served before the script, on a connection of db 9
+		busy := dialRaw(t, addr)
+		got = append(got, busy.do("SELECT", "9"))
+		busy.send([]byte(corpusCmd(script...)))
+		waitFor(t, func() bool { return strings.HasPrefix(nodeDo(t, redisAddr, "PING"), "-BUSY") })
+		do("PING")
+		// FUNCTION STATS names the running function and for how long,
+		// which differs run to run: cut there.
+		do("FUNCTION", "STATS")
+		got[len(got)-1], _, _ = strings.Cut(got[len(got)-1], "duration_ms")
+		do(strings.Fields(wrongKill)...)
+		do(strings.Fields(kill)...)
+		got = append(got, busy.readReplies(1))
+		do("PING")
+		return got
+	}
+	for _, tc := range []struct {
+		name            string
+		script          []string
+		wrongKill, kill string
+	}{
+		{"eval", []string{"EVAL", "while true do end", "0"}, "FUNCTION KILL", "SCRIPT KILL"},
+		{"fcall", []string{"FCALL", "busy", "0"}, "SCRIPT KILL", "FUNCTION KILL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			script := func(addr string) []string {
+				return transcript(t, addr, tc.script, tc.wrongKill, tc.kill)
+			}
+			want, got := script(redisAddr), script(e.ProxyAddr())
+			if !slices.Equal(got, want) {
+				t.Errorf("through the proxy:\n%q\nRedis directly:\n%q", got, want)
+			}
+		})
+	}
 }
 
 // TestOwnConnTimeouts: on a client's own connection a request is timed by

@@ -39,7 +39,8 @@ func (a *memAccount) add(d int64) {
 }
 
 // evictLargest closes the client holding the most memory while the clients
-// together hold more than limit, counting out those already closed for it
+// together hold more than limit (not one that sent CLIENT NO-EVICT ON, as
+// Redis spares it), counting out those already closed for it
 // that have not freed theirs yet, so one surge closes one client, not many.
 // A search under way elsewhere does the job.
 func (s *Server) evictLargest(limit config.ByteSize) {
@@ -55,7 +56,7 @@ func (s *Server) evictLargest(limit config.ByteSize) {
 		switch {
 		case sess.mem.evicted.Load():
 			leaving += n
-		case n > most:
+		case n > most && !sess.info.noEvicting():
 			victim, most = sess, n
 		}
 	}

@@ -44,12 +44,28 @@ type command struct {
 	script scriptArg
 	// flushesScripts: the bodies remembered for script are forgotten.
 	flushesScripts bool
+	// aside: Redis runs it while a script keeps it busy (allow-busy) and
+	// it acts on no db, so in standalone mode, from a client without a
+	// connection of its own, it goes on a db 0 connection of its own: a
+	// busy Redis refuses the SELECT that a new connection of another db
+	// begins with, and the shared ones wait behind the script.
+	aside bool
 
 	// hotPerKey: with a hot key among several keys, it is answered key by
 	// key and put together (MGET: the values; DEL, EXISTS…: the sum).
 	hotPerKey bool
 
 	subs map[string]*command // subcommands with rules of their own
+
+	// noMulti: the proxy answers it about its own clients, so it is
+	// refused inside a transaction, where Redis would queue it and answer
+	// about its connections.
+	noMulti bool
+	// shown is the name CLIENT LIST shows after it (Redis's full name,
+	// "client|list"); for a container command, container gives its
+	// subcommands' by lower-case name.
+	shown     string
+	container map[string]string
 }
 
 // route says where a command goes; the zero value relays it on a shared
@@ -118,6 +134,10 @@ var blockingCmd = command{route: routeOwn, cluster: onKeyNode}
 // around a cluster.
 var ownOnlyCmd = command{route: routeOwn, cluster: refusedInCluster}
 
+// aboutClients is a CLIENT subcommand the proxy answers about its own
+// clients.
+var aboutClients = command{route: routeLocal, noMulti: true}
+
 // commandTable lists the commands with rules of their own; every other
 // name in commandLabels is an ordinary command. Names not listed at all
 // are relayed too, so commands newer than this table still work.
@@ -129,14 +149,17 @@ var commandTable = map[string]*command{
 	"select": {route: routeLocal, upstreamWhen: whenPinned, cluster: answerSelect},
 	"proxy":  {route: routeLocal},
 	"client": {subs: map[string]*command{
-		"id":      {route: routeLocal, upstreamWhen: whenPinned},
 		"setname": {route: routeLocal, upstreamWhen: whenPinned},
 		"getname": {route: routeLocal, upstreamWhen: whenPinned},
-		// Per-connection modes: they must not leak to other clients.
-		"tracking": &ownOnlyCmd, "caching": &ownOnlyCmd,
-		"no-evict": &ownOnlyCmd, "no-touch": &ownOnlyCmd,
-		// Switching replies off breaks the one-reply-per-request framing.
-		"reply": {route: routeRefuse},
+		// About the proxy's clients and their ids (clients.go).
+		"id": &aboutClients, "info": &aboutClients, "list": &aboutClients,
+		"kill": &aboutClients, "unblock": &aboutClients, "getredir": &aboutClients,
+		"trackinginfo": &aboutClients, "reply": &aboutClients,
+		"no-evict": &aboutClients, "no-touch": &aboutClients,
+		// Tracking is per connection: the client's own (see tracking).
+		"tracking": {route: routeLocal, noMulti: true},
+		// Redis's refusal when not tracking, else on the own connection.
+		"caching": {route: routeLocal, upstreamWhen: whenPinned},
 	}},
 	"config": {subs: map[string]*command{
 		// The reply is masked: the upstream password must not show.
@@ -193,7 +216,7 @@ var commandTable = map[string]*command{
 		"load":   {cluster: everyMaster, merge: mergeAll, spans: true, script: bodyAt2},
 		"flush":  {cluster: everyMaster, merge: mergeAll, spans: true, flushesScripts: true},
 		"exists": {cluster: scriptExists, spans: true},
-		"kill":   {route: routeOwn, cluster: killAll},
+		"kill":   {route: routeOwn, cluster: killAll, aside: true},
 		"debug":  {route: routeRefuse},
 	}},
 	"function": {subs: map[string]*command{
@@ -201,7 +224,8 @@ var commandTable = map[string]*command{
 		"delete":  {cluster: everyMaster, merge: mergeAll, spans: true},
 		"flush":   {cluster: everyMaster, merge: mergeAll, spans: true},
 		"restore": {cluster: everyMaster, merge: mergeAll, spans: true},
-		"kill":    {route: routeOwn, cluster: killAll},
+		"kill":    {route: routeOwn, cluster: killAll, aside: true},
+		"stats":   {aside: true},
 	}},
 
 	"ping": {cluster: answerPing}, "echo": {cluster: answerEcho},
@@ -246,7 +270,42 @@ var commandLabels = strings.Fields(`
 	other`)
 
 // otherCommand is the entry of a name the table does not know.
-var otherCommand = &command{name: "other", metric: uint16(len(commandLabels) - 1)}
+var otherCommand = &command{name: "other", metric: uint16(len(commandLabels) - 1), shown: "NULL"}
+
+// containerSubs are Redis 7.0.15's commands with subcommands, and their
+// subcommands (commands.c), for the cmd field of CLIENT LIST: Redis shows
+// "client|list", the container alone, or "NULL" for a subcommand it does
+// not know.
+var containerSubs = map[string]string{
+	"acl":      "cat deluser dryrun genpass getuser help list load log save setuser users whoami",
+	"client":   "caching getname getredir help id info kill list no-evict pause reply setname tracking trackinginfo unblock unpause",
+	"cluster":  "addslots addslotsrange bumpepoch count-failure-reports countkeysinslot delslots delslotsrange failover flushslots forget getkeysinslot help info keyslot links meet myid nodes replicas replicate reset saveconfig set-config-epoch setslot shards slaves slots",
+	"command":  "count docs getkeys getkeysandflags help info list",
+	"config":   "get help resetstat rewrite set",
+	"function": "delete dump flush help kill list load restore stats",
+	"latency":  "doctor graph help histogram history latest reset",
+	"memory":   "doctor help malloc-stats purge stats usage",
+	"module":   "help list load loadex unload",
+	"object":   "encoding freq help idletime refcount",
+	"pubsub":   "channels help numpat numsub shardchannels shardnumsub",
+	"script":   "debug exists flush help kill load",
+	"slowlog":  "get help len reset",
+	"xgroup":   "create createconsumer delconsumer destroy help setid",
+	"xinfo":    "consumers groups help stream",
+}
+
+// shownName is the name CLIENT LIST shows for a command with args, whose
+// entry is c.
+func (c *command) shownName(args [][]byte) string {
+	if c.container == nil || len(args) == 1 {
+		return c.shown
+	}
+	var buf [24]byte
+	if name, ok := c.container[string(lowerName(args[1], &buf))]; ok {
+		return name
+	}
+	return "NULL"
+}
 
 // commands is the table by lower-case name, every label's command in it.
 var commands = func() map[string]*command {
@@ -260,14 +319,20 @@ var commands = func() map[string]*command {
 			// own name and label.
 			c = new(*c)
 		}
-		c.name, c.metric = name, uint16(i)
+		c.name, c.metric, c.shown = name, uint16(i), name
+		if subs, ok := containerSubs[name]; ok {
+			c.container = make(map[string]string)
+			for sub := range strings.FieldsSeq(subs) {
+				c.container[sub] = name + "|" + sub
+			}
+		}
 		if c.blockForm != nil {
 			c.blockForm = new(*c.blockForm)
-			c.blockForm.name, c.blockForm.metric = name, c.metric
+			c.blockForm.name, c.blockForm.metric, c.blockForm.shown = name, c.metric, name
 		}
 		for sub, sc := range c.subs {
 			sc = new(*sc)
-			sc.name, sc.metric = name, c.metric
+			sc.name, sc.metric, sc.shown = name, c.metric, name+"|"+sub
 			c.subs[sub] = sc
 		}
 		m[name] = c

@@ -26,7 +26,11 @@
 // What Redis keeps per connection but the proxy must keep per client on
 // shared connections (AUTH, HELLO, SELECT, CLIENT ID/SETNAME/GETNAME,
 // RESET, QUIT) is answered by the session with Redis 7.0's replies and
-// error texts. The proxy speaks RESP2 only: HELLO 3 gets NOPROTO, from which
+// error texts. The CLIENT family (LIST, INFO, KILL, UNBLOCK, REPLY,
+// TRACKING … REDIRECT) is about the proxy's clients and speaks proxy ids:
+// each session publishes what CLIENT LIST shows of it (clients.go), and
+// where Redis must act on a client (UNBLOCK, REDIRECT) the proxy gives it
+// the Redis id of that client's own connection, found by its address. The proxy speaks RESP2 only: HELLO 3 gets NOPROTO, from which
 // clients fall back.
 //
 // Limits: a session stops reading a client while more than

@@ -78,6 +78,10 @@ func maskSecrets(reply []byte) []byte {
 func (s *session) resetState() {
 	s.endTx()
 	s.db, s.name, s.shared = 0, nil, nil
+	s.monitoring, s.replies, s.track = false, replyOn, tracking{}
+	s.info.mu.Lock()
+	s.info.tracking, s.info.sub, s.info.psub, s.info.ssub = false, 0, 0, 0 // NO-EVICT stays, as in Redis
+	s.info.mu.Unlock()
 	s.authed = s.srv.config().Password == ""
 	s.rd.SetAuthRequired(!s.authed)
 }
@@ -170,16 +174,12 @@ func (s *session) hello(args [][]byte) {
 		return
 	}
 	s.flush()
-	if s.pinned() {
-		// The client's own connection keeps its name and id upstream.
-		hello := [][]byte{[]byte("HELLO"), []byte("2")}
-		if name != nil {
-			hello = append(hello, []byte("SETNAME"), name)
-		}
-		s.forward(&resp.Command{Args: hello})
-		return
+	hello := [][]byte{[]byte("HELLO"), []byte("2")}
+	if name != nil && s.pinned() {
+		// The client's own connection keeps its name upstream.
+		hello = append(hello, []byte("SETNAME"), name)
 	}
-	mark := s.exchange(&resp.Command{Args: [][]byte{[]byte("HELLO"), []byte("2")}})
+	mark := s.exchange(&resp.Command{Args: hello})
 	reply := patchHelloID(s.out[mark:], s.id)
 	if s.srv.up.Cluster != nil {
 		reply = standaloneHello(reply)
@@ -206,15 +206,22 @@ func helloVersionError(args [][]byte) string {
 // patchHelloID replaces the upstream connection's id in a HELLO reply with
 // the client's own, so HELLO and CLIENT ID agree.
 func patchHelloID(reply []byte, id uint64) []byte {
-	const field = "$2\r\nid\r\n:"
-	i := bytes.Index(reply, []byte(field))
-	if reply[0] != '*' || i < 0 {
+	return patchIntField(reply, "id", int64(id))
+}
+
+// patchIntField replaces the integer after the bulk string field in a
+// reply that is an array or a map of fields (HELLO, CLIENT
+// TRACKINGINFO) with v.
+func patchIntField(reply []byte, field string, v int64) []byte {
+	key := "$" + strconv.Itoa(len(field)) + "\r\n" + field + "\r\n:"
+	i := bytes.Index(reply, []byte(key))
+	if reply[0] != '*' && reply[0] != '%' || i < 0 {
 		return reply
 	}
-	start := i + len(field)
+	start := i + len(key)
 	end := start + bytes.IndexByte(reply[start:], '\r')
 	patched := append([]byte(nil), reply[:start]...)
-	patched = strconv.AppendUint(patched, id, 10)
+	patched = strconv.AppendInt(patched, v, 10)
 	return append(patched, reply[end:]...)
 }
 
@@ -270,18 +277,24 @@ func (s *session) selectDB(args [][]byte) {
 	s.reply([]byte("+OK\r\n"))
 }
 
-// client answers CLIENT ID, SETNAME and GETNAME from the proxy's own state:
-// the shared connections have no per-client name or id.
+// client answers the CLIENT subcommands from the proxy's own state: the
+// shared connections have no per-client name or id, and the proxy's
+// clients are not Redis's.
 func (s *session) client(args [][]byte) {
 	sub := strings.ToLower(string(args[1]))
-	arity := map[string]int{"id": 2, "getname": 2, "setname": 3}[sub]
-	if len(args) != arity {
+	arity, named := map[string]int{"getname": 2, "setname": 3}[sub]
+	switch {
+	case sub == "tracking":
+		s.clientTracking(args)
+		return
+	case !named:
+		s.clientAbout(args, sub)
+		return
+	case len(args) != arity:
 		s.replyError(rediserr.WrongArity("client|" + sub))
 		return
 	}
 	switch sub {
-	case "id":
-		s.reply(redcon.AppendInt(nil, int64(s.id)))
 	case "getname":
 		if len(s.name) == 0 {
 			s.reply(redcon.AppendNull(nil))
@@ -303,6 +316,15 @@ func (s *session) setName(name []byte) bool {
 	}
 	s.name = append(s.name[:0:0], name...)
 	return true
+}
+
+// ownSetName sends CLIENT SETNAME to the client's own connection, and the
+// client's name is what Redis took.
+func (s *session) ownSetName(cmd *resp.Command) {
+	mark := s.exchange(cmd)
+	if len(cmd.Args) == 3 && string(s.out[mark:]) == "+OK\r\n" {
+		s.name = append(s.name[:0:0], cmd.Args[2]...)
+	}
 }
 
 // validName checks a client name as Redis does: printable ASCII without

@@ -155,7 +155,7 @@ func TestCommandMetrics(t *testing.T) {
 	replies := pipeline(t, e.addr, strings.Join([]string{
 		"SET a x", "GET a", "INCR a", // INCR: not an integer
 		"SELECT", // the proxy's own arity error
-		"GET a", "NOSUCHCOMMAND b", "CLIENT REPLY OFF", "PING", "",
+		"GET a", "NOSUCHCOMMAND b", "SCRIPT DEBUG yes", "PING", "",
 	}, "\r\n"), 8)
 	if !strings.HasPrefix(replies[2], "-ERR value is not an integer") || !strings.HasPrefix(replies[3], "-ERR wrong number") {
 		t.Fatalf("replies %q", replies)
@@ -164,7 +164,7 @@ func TestCommandMetrics(t *testing.T) {
 	want := map[[2]string]float64{
 		{"set", "ok"}: 1, {"get", "ok"}: 2, {"get", "error"}: 0,
 		{"incr", "error"}: 1, {"incr", "ok"}: 0, {"select", "error"}: 1,
-		{"other", "error"}: 1, {"client", "error"}: 1, {"ping", "ok"}: 1,
+		{"other", "error"}: 1, {"script", "error"}: 1, {"ping", "ok"}: 1,
 	}
 	for labels, n := range want {
 		if got := testutil.ToFloat64(m.commands.WithLabelValues(labels[0], labels[1])); got != n {
@@ -172,7 +172,7 @@ func TestCommandMetrics(t *testing.T) {
 		}
 	}
 	if n := testutil.CollectAndCount(m.commandSeconds); n != 7 {
-		t.Errorf("%d command latency series, want 7 (set get incr select other client ping)", n)
+		t.Errorf("%d command latency series, want 7 (set get incr select other script ping)", n)
 	}
 
 	// A subscriber: SUBSCRIBE's replies come from the stream, and so do

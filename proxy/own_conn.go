@@ -33,9 +33,9 @@ func (s *session) setOwn(own *ownConn) {
 	s.own = own
 	s.ownMu.Lock()
 	defer s.ownMu.Unlock()
-	s.ownNC = nil
+	s.ownNC, s.ownPool = nil, nil
 	if own != nil {
-		s.ownNC = own.nc
+		s.ownNC, s.ownPool = own.nc, own.pool
 	}
 }
 
@@ -56,6 +56,12 @@ func (s *session) ownRoundTrip(block *resp.Command) {
 		deadline = time.Now().Add(limit)
 	}
 	s.own.nc.SetDeadline(deadline)
+	if block != nil && !s.tx.open {
+		// Before the write: once Redis blocks it, CLIENT UNBLOCK must
+		// find it blocked.
+		s.setBlocked(true)
+		defer s.setBlocked(false)
+	}
 	if _, err := s.own.nc.Write(b.Req); err != nil {
 		s.failBatch(0, b.N, s.ownTimeout(err, limit))
 		return
@@ -70,6 +76,9 @@ func (s *session) ownRoundTrip(block *resp.Command) {
 		if s.out, err = resp.ReadReply(s.own.br, s.out); err != nil {
 			err = s.ownTimeout(err, limit)
 			break
+		}
+		if s.tx.open && string(s.out[okLen:]) == "+QUEUED\r\n" {
+			s.tx.queued++
 		}
 		okLen = len(s.out)
 	}
@@ -295,7 +304,7 @@ func (s *session) killEverywhere(cmd *resp.Command) {
 	req := rawOf(cmd)
 	var first []byte
 	for _, n := range t.Masters {
-		reply := killOn(n, req)
+		reply := askAside(n.Pool, req)
 		if string(reply) == "+OK\r\n" {
 			s.reply(reply)
 			return
@@ -307,10 +316,13 @@ func (s *session) killEverywhere(cmd *resp.Command) {
 	s.reply(first)
 }
 
-// killOn sends req to n on a connection of its own, within the dial
-// timeout: a node running a script answers SCRIPT KILL at once.
-func killOn(n *upstream.Node, req []byte) []byte {
-	replies, err := n.Pool.Ask(req, 1)
+// askAside sends req to p's node on a connection of its own in db 0,
+// within the dial timeout, and returns the reply: a node running a script
+// answers SCRIPT KILL at once, where it refuses the SELECT that a
+// connection of another db begins with (-BUSY: only the commands Redis
+// flags allow-busy run meanwhile).
+func askAside(p *upstream.Pool, req []byte) []byte {
+	replies, err := p.Ask(req, 1)
 	if err != nil {
 		return redcon.AppendError(nil, upstream.ErrorText(err))
 	}

@@ -50,6 +50,19 @@ type session struct {
 	db     int
 	name   []byte
 	authed bool
+	user   string // the ACL user the client is authenticated as; "" is default
+	proto  int    // the client's RESP version: 2, or 3 after HELLO 3
+
+	// What CLIENT LIST shows (clients.go): info is published from these
+	// and the fields above, which only the session's goroutine touches.
+	info       *clientInfo
+	lastCmd    string      // the last command, as Redis names it
+	lastIO     int64       // unix seconds of the last read of commands
+	monitoring bool        // MONITOR was sent
+	killed     atomic.Bool // by CLIENT KILL: no more in CLIENT LIST
+	replies    replyMode
+	muted      bool     // the command being handled replies to nobody
+	track      tracking // CLIENT TRACKING as Redis took it
 
 	out    []byte // replies not yet written to the client
 	w      *clientWriter
@@ -73,8 +86,9 @@ type session struct {
 	memOwn int64      // the part account counted: the buffers the session holds itself
 
 	// ownNC is own's connection for abort, which runs on another goroutine.
-	ownMu sync.Mutex
-	ownNC net.Conn
+	ownMu   sync.Mutex
+	ownNC   net.Conn
+	ownPool *upstream.Pool // own's, for CLIENT UNBLOCK and TRACKING REDIRECT
 
 	// Stream mode (pub/sub, MONITOR): every command goes to own as it comes,
 	// and relay copies whatever Redis sends to the client.
@@ -111,7 +125,10 @@ func newSession(srv *Server, nc net.Conn, w *clientWriter, id uint64) *session {
 		batchMax:   firstBatchCommands,
 		pendingMax: int(limits.MaxPendingOutput),
 		mem:        memAccount{srv: srv},
+		proto:      2,
+		info:       newClientInfo(nc),
 	}
+	s.lastIO = s.info.created
 	s.rd.SetAuthRequired(!s.authed)
 	s.rd.SetGrowHook(s.account)
 	s.w = w
@@ -139,12 +156,14 @@ func (s *session) serve() {
 			s.account()
 		}
 		cmds, err := s.rd.ReadCommands()
+		s.lastIO = time.Now().Unix()
 		for i := range cmds {
 			if s.handle(&cmds[i]); s.quit {
 				break
 			}
 		}
 		s.flush()
+		s.publish()
 		if err != nil && !s.quit {
 			var pe *resp.ProtocolError
 			switch {
@@ -267,8 +286,25 @@ func (s *session) handle(cmd *resp.Command) {
 		s.replyError(rediserr.NoAuth)
 		return
 	}
+	s.lastCmd = c.shownName(cmd.Args)
 	if s.streaming {
 		s.handleStreaming(cmd, name)
+		return
+	}
+	if s.replies != replyOn && !s.muted {
+		s.handleMuted(func() { s.run(cmd, c, name) })
+		return
+	}
+	s.run(cmd, c, name)
+}
+
+// run handles cmd, whose table entry is c and lower-case name name.
+func (s *session) run(cmd *resp.Command, c *command, name []byte) {
+	if c.noMulti && s.tx.open {
+		// Redis would queue it; answered about Redis's connections at
+		// EXEC, it would show ids no client of the proxy has.
+		s.replyError("ERR " + refusedName(cmd.Args) + " is not allowed inside MULTI through hotkeyproxy")
+		s.tx.dirty = true
 		return
 	}
 	if s.hotCommand(cmd, c, string(name)) {
@@ -277,9 +313,17 @@ func (s *session) handle(cmd *resp.Command) {
 	if s.srv.up.Cluster != nil && s.clusterHandle(cmd, c) {
 		return
 	}
+	if c.aside && s.own == nil && s.srv.up.Cluster == nil {
+		s.reply(askAside(s.srv.up.Pool, rawOf(cmd)))
+		return
+	}
 	switch c.route {
 	case routeLocal:
 		if s.upstreamOwns(c) {
+			if c.shown == "client|setname" && !s.tx.open {
+				s.ownSetName(cmd)
+				return
+			}
 			s.dispatch(cmd, c)
 			if string(name) == "select" && s.srv.up.Cluster == nil {
 				s.ownSelect(cmd)
@@ -313,6 +357,7 @@ func (s *session) handle(cmd *resp.Command) {
 		if s.own == nil && !s.pin(s.srv.up.Pool) {
 			return
 		}
+		s.monitoring = s.monitoring || string(name) == "monitor"
 		s.startStream()
 		s.forward(cmd)
 	case routeRefuse:
@@ -364,7 +409,7 @@ func (s *session) forwardBig(raw []byte) {
 // when they have too; then waits while the client has too many unread.
 func (s *session) flushFull() {
 	s.flush()
-	if len(s.out) >= maxPendingOut {
+	if len(s.out) >= maxPendingOut && !s.muted {
 		if !s.write() {
 			s.quit = true
 			return
@@ -423,6 +468,7 @@ func (s *session) sendBatch(block *resp.Command) {
 	}()
 	switch {
 	case s.streaming:
+		s.publish() // what the client is now shows before Redis's reply can
 		if _, err := s.own.nc.Write(b.Req); err != nil {
 			s.quit = true
 		}

@@ -68,6 +68,9 @@ func (s *session) relay(own *ownConn) {
 		start := len(buf)
 		var err error
 		buf, err = resp.ReadReply(own.br, buf)
+		if err == nil {
+			s.countSubs(buf[start:])
+		}
 		if m := s.mark.Load(); err == nil && m != nil {
 			frame := buf[start:]
 			m.altHit = m.alt != nil && bytes.Equal(frame, m.alt)

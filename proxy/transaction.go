@@ -19,8 +19,9 @@ import (
 type txState struct {
 	// open: own has a transaction open (MULTI answered +OK, no EXEC or
 	// DISCARD since), so Redis queues what the proxy would answer itself.
-	open  bool
-	dirty bool // a command was refused: EXEC must fail
+	open   bool
+	dirty  bool // a command was refused: EXEC must fail
+	queued int  // commands Redis queued (CLIENT LIST's multi)
 
 	// Cluster mode.
 	watching bool
@@ -128,8 +129,14 @@ func (s *session) clusterOwn(cmd *resp.Command, c *command) {
 		s.flush()
 		s.killEverywhere(cmd)
 	case refusedInCluster:
-		s.replyError("ERR " + refusedName(cmd.Args) + " is not supported by hotkeyproxy in cluster mode")
+		s.replyError(notInCluster(cmd.Args))
 	}
+}
+
+// notInCluster refuses a command that needs per-connection state which
+// would have to follow the client to every node.
+func notInCluster(args [][]byte) string {
+	return "ERR " + refusedName(args) + " is not supported by hotkeyproxy in cluster mode"
 }
 
 // clusterTx handles a command while the client is held on its own
@@ -240,6 +247,7 @@ func (s *session) moveTx(n *upstream.Node) bool {
 		s.quit = true // the transaction is lost: close, as Redis would
 		return false
 	}
+	s.tx.queued = 0 // the replay queues them again
 	s.b.Req, s.b.N = append(s.b.Req, s.tx.replay...), s.tx.replayN
 	s.flush()
 	ok := bytes.HasPrefix(s.out[mark:], []byte("+OK\r\n"))

@@ -266,6 +266,27 @@ def main():
     expect(named.client_getname(), "pyclient", "CLIENT GETNAME")
     expect(named.ping(), True, "PING with a name")
 
+    step("client list and kill")
+    listed = [c for c in r.client_list() if c["name"] == "pyclient"]
+    expect(len(listed), 1, "CLIENT LIST: clients named pyclient")
+    expect(listed[0]["id"], str(named.client_id()), "CLIENT LIST id of pyclient")
+    expect((listed[0]["flags"], listed[0]["user"]), ("N", "default"), "CLIENT LIST flags, user")
+    expect(str(r.client_info()["id"]), str(r.client_id()), "CLIENT INFO id")
+    victim = client(client_name="pyvictim")
+    vid = victim.client_id()
+    expect(r.client_kill_filter(_id=vid), 1, "CLIENT KILL ID")
+    try:
+        victim.ping()
+    except redis.exceptions.ConnectionError:
+        pass  # the killed connection; redis-py connects again
+    expect(victim.ping(), True, "PING after CLIENT KILL")
+    if victim.client_id() == vid:
+        raise AssertionError("CLIENT KILL ID left the connection open")
+    addr = [c["addr"] for c in r.client_list() if c["name"] == "pyvictim"]
+    expect(len(addr), 1, "CLIENT LIST: clients named pyvictim")
+    expect(r.client_kill(addr[0]), True, "CLIENT KILL addr:port")
+    victim.close()
+
     step("connection pool")
     pool = redis.ConnectionPool(host="127.0.0.1", port=port, max_connections=4,
                                 socket_timeout=10)

@@ -254,6 +254,24 @@ async function main() {
   const named = client({ connectionName: "ioclient" });
   assert.equal(await named.client("GETNAME"), "ioclient");
 
+  step("client list and kill");
+  const namedID = await named.client("ID");
+  const line = (await r.client("LIST")).split("\n").find((l) => l.includes(" name=ioclient "));
+  assert.ok(line && line.startsWith(`id=${namedID} addr=`), `CLIENT LIST line of ioclient: ${line}`);
+  assert.match(await r.client("INFO"), new RegExp(`^id=${await r.client("ID")} `));
+  for (const how of ["ID", "ADDR"]) {
+    const victim = client({ connectionName: "iovictim" });
+    const info = await victim.client("INFO");
+    const closed = new Promise((resolve) => victim.once("end", resolve));
+    if (how === "ID") {
+      assert.equal(await r.client("KILL", "ID", await victim.client("ID")), 1);
+    } else {
+      assert.equal(await r.client("KILL", info.match(/ addr=(\S+) /)[1]), "OK");
+    }
+    await closed; // without reconnects, the kill ends the connection
+    clients.splice(clients.indexOf(victim), 1);
+  }
+
   step("auto-pipelining and concurrency");
   const auto = client({ enableAutoPipelining: true });
   await Promise.all(Array.from({ length: 1000 }, (_, i) => auto.incr(`js:auto:${i % 10}`)));
