@@ -13,14 +13,15 @@ build:
 
 # What the tests run: redis-server, redis-cli, redis-benchmark (Debian
 # redis-server, redis-tools), /usr/bin/python3 with redis (python3-redis),
-# script (util-linux), node and npm for ioredis. Installing needs root.
+# script (util-linux), node and npm for ioredis and node-redis. Installing
+# needs root.
 deps:
 	@for c in redis-server redis-cli redis-benchmark script node npm; do command -v $$c >/dev/null || missing=1; done; \
 	/usr/bin/python3 -c 'import redis' 2>/dev/null || missing=1; \
 	[ -z "$$missing" ] || { echo "installing redis-server redis-tools python3-redis util-linux nodejs npm (Debian)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools python3-redis util-linux \
 		$$(command -v npm >/dev/null || echo nodejs npm) >/dev/null; }
-	@[ -d e2e/clients/node/node_modules ] || npm ci --silent --prefix e2e/clients/node
+	@[ -f e2e/clients/node/node_modules/@redis/client/package.json ] || npm ci --silent --prefix e2e/clients/node
 
 test: deps
 	$(GO) vet ./...

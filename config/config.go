@@ -92,7 +92,21 @@ type Upstream struct {
 	// (BLPOP, XREAD BLOCK, WAIT…) gets its own timeout on top of it.
 	// Must be > 0; default 5s, Redis's busy-reply-threshold.
 	ReadTimeout Duration `yaml:"read_timeout"`
+	// ClientAuth says who checks clients' AUTH and HELLO … AUTH:
+	// ClientAuthProxy (the default) checks them against password, as
+	// Redis's default user; ClientAuthRedis has Redis check them, as its
+	// ACL users, and runs each client's commands on connections
+	// authenticated as the user it logged in as, so Redis applies the
+	// user's permissions. With ClientAuthRedis, password must be empty.
+	// Changing it needs a restart.
+	ClientAuth string `yaml:"client_auth"`
 }
+
+// Who checks clients' passwords (Upstream.ClientAuth).
+const (
+	ClientAuthProxy = "proxy" // the proxy, against password
+	ClientAuthRedis = "redis" // Redis, as ACL users
+)
 
 // Limits bound client resources. The defaults are Redis's own.
 type Limits struct {
@@ -204,6 +218,14 @@ type Hotkeys struct {
 	// target bucket is gone), looking every quarter of it. Must be > 0;
 	// default 2s.
 	MoveTimeout Duration `yaml:"move_timeout"`
+	// JournalMaxlen bounds each journal stream (one per bucket of a
+	// journaled hot key): every entry is added with XADD MAXLEN ~ this, so
+	// Redis drops the oldest entries past about this many, read or not. 0
+	// (the default) trims nothing: entries are kept until the consumers
+	// trim what they have acknowledged (XTRIM MINID), so none is lost to
+	// a slow consumer, at the cost of memory while none trims. Must not
+	// be negative.
+	JournalMaxlen int64 `yaml:"journal_maxlen"`
 }
 
 // KeyRule marks the keys matching Match as hot.
@@ -232,6 +254,13 @@ type KeyRule struct {
 	// it. With WaitReplicas set it must be 1ms or more and below
 	// upstream.read_timeout; default (and when 0) 100ms.
 	WaitTimeout Duration `yaml:"wait_timeout"`
+	// Journal makes every change of a matching key's buckets (deducts,
+	// give-backs, SETs, moves between buckets) append an entry to a
+	// Redis stream per bucket, in the same Lua step as the change; the
+	// layout records it, so every proxy journals the key. It applies to
+	// the layouts made from then on (the next SET, a conversion). Default
+	// false.
+	Journal bool `yaml:"journal"`
 }
 
 // DefaultWaitTimeout is a KeyRule's WaitTimeout when the file sets none.
@@ -268,6 +297,10 @@ type Detect struct {
 	// Redis. Default 0 and 100ms.
 	WaitReplicas int      `yaml:"wait_replicas"`
 	WaitTimeout  Duration `yaml:"wait_timeout"`
+	// Journal journals the keys made hot without a hotkeys.keys rule
+	// (promoted by the detector, or by PROXY SHARD) as KeyRule.Journal
+	// does. Default false.
+	Journal bool `yaml:"journal"`
 }
 
 // Script is a deduct script recognised on hot keys.
@@ -283,6 +316,12 @@ type Script struct {
 	// Soldout is the integer the script returns when the stock cannot
 	// cover the amount. Default 0.
 	Soldout int64 `yaml:"soldout"`
+	// OrderID names the script's ARGV entry ("argv:N", 1-based) that
+	// holds the caller's order id: a journaled key's deduct entry carries
+	// it (field "order"), so that each sale can be matched to its order.
+	// Empty (the default): no order id. A call without that ARGV entry
+	// is journaled without one.
+	OrderID Argv `yaml:"order_id"`
 }
 
 // SHA1 returns the lowercase hex SHA1 of the body, as SCRIPT LOAD returns
@@ -311,6 +350,7 @@ func Default() *Config {
 			ConnsPerNode: 2,
 			DialTimeout:  Duration(time.Second),
 			ReadTimeout:  Duration(5 * time.Second),
+			ClientAuth:   ClientAuthProxy,
 		},
 		Limits: Limits{
 			MaxClients:       10000,
@@ -402,6 +442,12 @@ func (c *Config) validate() []*Error {
 	}
 	v.positive("upstream.dial_timeout", u.DialTimeout)
 	v.positive("upstream.read_timeout", u.ReadTimeout)
+	switch {
+	case u.ClientAuth != ClientAuthProxy && u.ClientAuth != ClientAuthRedis:
+		v.errorf("upstream.client_auth", `must be "proxy" or "redis", got %q`, u.ClientAuth)
+	case u.ClientAuth == ClientAuthRedis && (c.Password != "" || c.PasswordFile != ""):
+		v.errorf("upstream.client_auth", `"redis" has Redis check clients' passwords: password and password_file must be empty`)
+	}
 
 	l := &c.Limits
 	if l.MaxClients < 1 {
@@ -481,6 +527,9 @@ func (c *Config) validate() []*Error {
 	v.nonNegative("hotkeys.soldout_ttl", h.SoldoutTTL)
 	v.nonNegative("hotkeys.read_staleness", h.ReadStaleness)
 	v.positive("hotkeys.move_timeout", h.MoveTimeout)
+	if h.JournalMaxlen < 0 {
+		v.errorf("hotkeys.journal_maxlen", "must be 0 (trimmed by the consumers) or more, got %d", h.JournalMaxlen)
+	}
 
 	seenName := map[string]string{}
 	seenBody := map[string]string{}
@@ -496,6 +545,12 @@ func (c *Config) validate() []*Error {
 			v.errorf(p+".amount", "has both a constant and an ARGV index")
 		case a.Const < 0 || a.ArgvIndex < 0:
 			v.errorf(p+".amount", "must be positive, got %s", a)
+		}
+		switch {
+		case s.OrderID < 0:
+			v.errorf(p+".order_id", "must be \"argv:N\" with N >= 1, got %d", s.OrderID)
+		case s.OrderID != 0 && int(s.OrderID) == s.Amount.ArgvIndex:
+			v.errorf(p+".order_id", "names ARGV[%d], the amount", s.OrderID)
 		}
 	}
 

@@ -19,12 +19,14 @@ var articleScripts = []Script{
 		Body:    "if tonumber(redis.call('get', KEYS[1]) or '0') > 0 then return redis.call('decr', KEYS[1]) else return -1 end",
 		Amount:  Amount{Const: 1},
 		Soldout: -1,
+		OrderID: 1,
 	},
 	{
 		Name:    "deduct-n",
 		Body:    "local n = tonumber(ARGV[1]) local s = tonumber(redis.call('get', KEYS[1]) or '0') if s >= n then return redis.call('decrby', KEYS[1], n) else return -1 end",
 		Amount:  Amount{ArgvIndex: 1},
 		Soldout: -1,
+		OrderID: 2,
 	},
 }
 
@@ -102,6 +104,7 @@ func TestValidFile(t *testing.T) {
 			ConnsPerNode: 4,
 			DialTimeout:  Duration(250 * time.Millisecond),
 			ReadTimeout:  Duration(2 * time.Second),
+			ClientAuth:   ClientAuthProxy,
 		},
 		Limits: Limits{
 			MaxClients:  500,
@@ -119,7 +122,7 @@ func TestValidFile(t *testing.T) {
 		Hotkeys: Hotkeys{
 			Keys: []KeyRule{
 				{Match: "stock:sku:*", Route: RouteRandom, WaitTimeout: DefaultWaitTimeout},
-				{Match: "stock:sku:1001", Buckets: 16, Route: RouteClient, WaitReplicas: 1, WaitTimeout: Duration(250 * time.Millisecond)},
+				{Match: "stock:sku:1001", Buckets: 16, Route: RouteClient, WaitReplicas: 1, WaitTimeout: Duration(250 * time.Millisecond), Journal: true},
 			},
 			Detect: Detect{
 				Enabled:      true,
@@ -132,12 +135,14 @@ func TestValidFile(t *testing.T) {
 				Demote:       true,
 				WaitReplicas: 2,
 				WaitTimeout:  Duration(50 * time.Millisecond),
+				Journal:      true,
 			},
 			ReadStaleness: Duration(250 * time.Millisecond),
 			MoveTimeout:   Duration(500 * time.Millisecond),
+			JournalMaxlen: 100000,
 		},
 		Scripts: []Script{
-			{Name: "take", Body: "return redis.call('decrby', KEYS[1], ARGV[2])", Amount: Amount{ArgvIndex: 2}},
+			{Name: "take", Body: "return redis.call('decrby', KEYS[1], ARGV[2])", Amount: Amount{ArgvIndex: 2}, OrderID: 1},
 			{Name: "take-three", Body: "return redis.call('decrby', KEYS[1], 3)", Amount: Amount{Const: 3}},
 		},
 	}
@@ -188,6 +193,8 @@ func TestInvalidFixtures(t *testing.T) {
 		{"limits-auth-failure-delay-long", "line 2: limits.auth_failure_delay: must be 0s..10s, got 1m0s"},
 		{"limits-auth-failure-delay-negative", "limits.auth_failure_delay: must be 0s..10s, got -1s"},
 		{"password-and-password-file", "line 2: password_file: set password or password_file, not both"},
+		{"upstream-client-auth-with-password", `line 3: upstream.client_auth: "redis" has Redis check clients' passwords: password and password_file must be empty`},
+		{"upstream-client-auth-word", `line 2: upstream.client_auth: must be "proxy" or "redis", got "acl"`},
 		{"upstream-password-file-missing", "line 3: upstream.password_file: open testdata/invalid/no-such-password-file: no such file or directory"},
 		{"password-env-unset", "line 1: password: environment variable HOTKEYPROXY_TEST_UNSET_VARIABLE is not set"},
 		{"password-env-malformed", `line 1: password: "${" must start a reference to an environment variable`},
@@ -217,6 +224,9 @@ func TestInvalidFixtures(t *testing.T) {
 		{"soldout-ttl-negative", "hotkeys.soldout_ttl: must not be negative"},
 		{"read-staleness-negative", "hotkeys.read_staleness: must not be negative"},
 		{"move-timeout-zero", "hotkeys.move_timeout: must be > 0"},
+		{"journal-maxlen-negative", "line 2: hotkeys.journal_maxlen: must be 0 (trimmed by the consumers) or more, got -1"},
+		{"scripts-order-id-word", `line 2: scripts[0].order_id: want "argv:N" with N >= 1, got "order"`},
+		{"scripts-order-id-amount", `line 2: scripts[0].order_id: names ARGV[1], the amount`},
 		{"scripts-name-empty", "line 2: scripts[0].name: must not be empty"},
 		{"scripts-name-dup", `line 3: scripts[1].name: "d" is listed twice`},
 		{"scripts-body-empty", "scripts[0].body: must not be empty"},

@@ -242,3 +242,36 @@ func (a Amount) MarshalYAML() (any, error) {
 	}
 	return a.Const, nil
 }
+
+// Argv names one of a script's ARGV entries, written "argv:N" (N >= 1,
+// 1-based as in Lua; the prefix is case-insensitive). 0 names none.
+type Argv int
+
+// String returns "argv:N", or "" for none.
+func (a Argv) String() string {
+	if a == 0 {
+		return ""
+	}
+	return "argv:" + strconv.Itoa(int(a))
+}
+
+// UnmarshalYAML reads "argv:N"; "" is none.
+func (a *Argv) UnmarshalYAML(n *yaml.Node) error {
+	const want = `want "argv:N" with N >= 1`
+	if n.Kind != yaml.ScalarNode {
+		return nodeError(n, want)
+	}
+	if n.Value == "" {
+		*a = 0
+		return nil
+	}
+	v, err := parseAmount(n.Value)
+	if err != nil || v.ArgvIndex == 0 {
+		return nodeError(n, fmt.Sprintf("%s, got %q", want, n.Value))
+	}
+	*a = Argv(v.ArgvIndex)
+	return nil
+}
+
+// MarshalYAML writes "argv:N", or "" for none.
+func (a Argv) MarshalYAML() (any, error) { return a.String(), nil }

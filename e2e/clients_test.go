@@ -420,7 +420,11 @@ func goRedisSession(t *testing.T, rdb *redis.Client, direct redis.UniversalClien
 		equal(t, "pmessage", receive("pmessage"), &redis.Message{Channel: "go:pat:x", Pattern: "go:pat:*", Payload: "p"})
 
 		mustOK(t, "PING in subscribed mode", ps.Ping(ctx))
-		equal(t, "PING in subscribed mode", receive("PONG"), &redis.Pong{})
+		pong := &redis.Pong{} // RESP2: Redis's ["pong", ""]
+		if rdb.Options().Protocol != 2 {
+			pong.Payload = "PONG" // RESP3: +PONG, as to a client not subscribed
+		}
+		equal(t, "PING in subscribed mode", receive("PONG"), pong)
 		mustOK(t, "UNSUBSCRIBE", ps.Unsubscribe(ctx, "go:chan"))
 		equal(t, "UNSUBSCRIBE", receive("UNSUBSCRIBE"), &redis.Subscription{Kind: "unsubscribe", Channel: "go:chan", Count: 1})
 		mustOK(t, "PUNSUBSCRIBE", ps.PUnsubscribe(ctx, "go:pat:*"))
@@ -501,8 +505,7 @@ func goRedisClientList(t *testing.T, ctx context.Context, rdb *redis.Client) {
 
 func TestClientsGoRedis(t *testing.T) {
 	t.Run("default-options", func(t *testing.T) {
-		// HELLO 3 and CLIENT SETINFO at connect; go-redis falls back to
-		// RESP2 when HELLO 3 is refused.
+		// HELLO 3 and CLIENT SETINFO at connect: the session runs in RESP3.
 		e := startEnv(t, nil)
 		rec := &cmdRecorder{}
 		rdb := redis.NewClient(&redis.Options{Addr: e.ProxyAddr()})
@@ -513,14 +516,25 @@ func TestClientsGoRedis(t *testing.T) {
 
 		goRedisSession(t, rdb, direct)
 
-		// The session above ran on connections that went through the
-		// fallback: HELLO 3 refused, then RESP2.
 		hello := rec.find("hello")
-		if len(hello) == 0 {
-			t.Fatalf("go-redis sent no HELLO at connect; commands seen: %q", rec.find(""))
+		if len(hello) == 0 || strings.Contains(hello[0], "->") {
+			t.Fatalf("go-redis's HELLO at connect: %q; want it accepted; commands seen: %q", hello, rec.find(""))
 		}
 		setinfo := rec.find("client setinfo")
 		t.Logf("connect-time commands: %q, %q", hello[0], setinfo[:min(2, len(setinfo))])
+	})
+
+	t.Run("acl-users", func(t *testing.T) {
+		// Redis checks the logins: the common session as the default
+		// user, then a limited user's.
+		e := startEnv(t, redisAuth)
+		addACLUsers(t, e.Redis.Addr())
+		rdb := redis.NewClient(&redis.Options{Addr: e.ProxyAddr()})
+		t.Cleanup(func() { rdb.Close() })
+		direct := redis.NewClient(&redis.Options{Addr: e.Redis.Addr()})
+		t.Cleanup(func() { direct.Close() })
+		goRedisSession(t, rdb, direct)
+		goRedisACLSession(t, e.ProxyAddr())
 	})
 
 	t.Run("resp2-name-db2-pool", func(t *testing.T) {
@@ -576,8 +590,14 @@ func TestClientsGoRedis(t *testing.T) {
 
 func TestClientsRedisPy(t *testing.T) {
 	python := lookPython(t)
-	e := startEnv(t, nil)
-	runRedisPy(t, python, proxyPort(t, e.ProxyAddr()))
+	t.Run("proxy-password", func(t *testing.T) {
+		e := startEnv(t, nil)
+		runRedisPy(t, python, proxyPort(t, e.ProxyAddr()))
+	})
+	t.Run("acl-users", func(t *testing.T) {
+		e := startEnv(t, redisAuth)
+		runRedisPy(t, python, proxyPort(t, e.ProxyAddr()), "acl")
+	})
 }
 
 // lookPython finds the Python that has redis-py.
@@ -603,8 +623,14 @@ func runRedisPy(t *testing.T, python string, args ...string) {
 
 func TestClientsIORedis(t *testing.T) {
 	node, dir := lookIORedis(t)
-	e := startEnv(t, nil)
-	runIORedis(t, node, dir, proxyPort(t, e.ProxyAddr()))
+	t.Run("proxy-password", func(t *testing.T) {
+		e := startEnv(t, nil)
+		runIORedis(t, node, dir, proxyPort(t, e.ProxyAddr()))
+	})
+	t.Run("acl-users", func(t *testing.T) {
+		e := startEnv(t, redisAuth)
+		runIORedis(t, node, dir, proxyPort(t, e.ProxyAddr()), "acl")
+	})
 }
 
 // lookIORedis finds node and the dir where ioredis is installed.

@@ -389,7 +389,7 @@ func TestClusterCorpus(t *testing.T) {
 	// What only the nodes can show first, on a cluster no case has
 	// touched yet.
 	clusterLive(t, e, l, leaks, ref.Addr())
-	clusterRunCases(t, e, l, leaks, ref.Addr(), cases, clusterCorpusDiffs(l))
+	clusterRunCases(t, e, l, leaks, ref.Addr(), cases, clusterCorpusDiffs(l), false)
 }
 
 // TestClusterMultiKeyArity sends the multi-key commands the proxy splits
@@ -414,16 +414,17 @@ func TestClusterMultiKeyArity(t *testing.T) {
 		"cluster/multikey-arity": {why: whyCrossSlot, steps: []clusterStepDiff{
 			diffStep(3, "MSETNX a 1 b", crossSlotReply)}},
 	}
-	clusterRunCases(t, e, l, &leakWatch{addrs: l.nodes}, ref.Addr(), cases, diffs)
+	clusterRunCases(t, e, l, &leakWatch{addrs: l.nodes}, ref.Addr(), cases, diffs, false)
 }
 
 // clusterRunCases runs each case through the proxy over the cluster and
 // on the reference Redis at refAddr, byte for byte, but for the
-// differences diffs lists, and checks that every case ran.
-func clusterRunCases(t *testing.T, e *clusterEnv, l *clusterLayout, leaks *leakWatch, refAddr string, cases []corpusCase, diffs map[string]clusterDiff) {
+// differences diffs lists, and checks that every case ran; with resp3,
+// on connections that said HELLO 3.
+func clusterRunCases(t *testing.T, e *clusterEnv, l *clusterLayout, leaks *leakWatch, refAddr string, cases []corpusCase, diffs map[string]clusterDiff, resp3 bool) {
 	t.Helper()
-	direct := corpusTarget{addr: refAddr, servers: []string{refAddr}}
-	proxied := corpusTarget{addr: e.ProxyAddr(), servers: l.masters}
+	direct := corpusTarget{addr: refAddr, servers: []string{refAddr}, resp3: resp3}
+	proxied := corpusTarget{addr: e.ProxyAddr(), servers: l.masters, resp3: resp3}
 	corpusCheckNames(t, cases)
 	checkDiffTable(t, cases, diffs)
 

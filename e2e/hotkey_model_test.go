@@ -1020,16 +1020,16 @@ func TestHotKeyRefusals(t *testing.T) {
 			refused("key", "EVAL", sc.n.Body, "2", key, key, "1")
 			refused("", "EVAL", sc.one.Body, "2", "{stock:refuse}x", key)
 
-			// In MULTI: the command on the hot key is refused, and EXEC
-			// discards the whole transaction, as Redis does after a
-			// queueing error.
+			// In MULTI: a command on the hot key it cannot queue (SET;
+			// in cluster mode any) is refused, and EXEC discards the
+			// whole transaction, as Redis does after a queueing error.
 			if r := c.do("MULTI"); r != "+OK\r\n" {
 				t.Fatalf("MULTI: %q", r)
 			}
 			if r := c.do("SET", "plain:tx", "1"); r != "+QUEUED\r\n" {
 				t.Fatalf("SET plain:tx 1 in MULTI: %q", r)
 			}
-			refused("MULTI", "DECR", key)
+			refused("MULTI", "SET", key, "5")
 			if r := c.do("EXEC"); r != "-EXECABORT Transaction discarded because of previous errors.\r\n" {
 				t.Errorf("EXEC after a hot key in MULTI = %q, want EXECABORT", r)
 			}

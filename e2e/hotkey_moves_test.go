@@ -298,7 +298,7 @@ func mvKillPoints(t *testing.T, e *mvEnv, sha string) {
 				var victimSold int64
 				switch op {
 				case "gather":
-					if n, ok := resp.IntValue(v.Do([][]byte{[]byte("EVALSHA"), []byte(hkDeductN(t, hkScripts(t)).SHA1()), []byte("1"), []byte(key), []byte("200")}, 3, 0)); ok && n >= 0 {
+					if n, ok := resp.IntValue(v.Do([][]byte{[]byte("EVAL"), []byte(hkDeductN(t, hkScripts(t)).Body), []byte("1"), []byte(key), []byte("200")}, 3, 0)); ok && n >= 0 {
 						victimSold = 200
 					}
 				case "merge":

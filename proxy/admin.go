@@ -10,6 +10,10 @@ import (
 	"github.com/tidwall/redcon"
 )
 
+// errHotDB0 answers a PROXY subcommand on a hot key from a client in
+// another db.
+const errHotDB0 = "ERR hotkeyproxy: hot keys live in db 0; SELECT 0 first"
+
 // proxyCommand answers PROXY, the proxy's admin command.
 func (s *session) proxyCommand(args [][]byte) {
 	if len(args) < 2 {
@@ -37,7 +41,7 @@ func (s *session) proxyCommand(args [][]byte) {
 			s.replyError(rediserr.WrongArity("proxy|hotkeys"))
 		case len(args) == 2:
 			s.flush()
-			s.reply(s.srv.hot.Report())
+			s.reply(s.srv.hot.Report(s.proto))
 		case strings.EqualFold(string(args[2]), "detected") && len(args) <= 4:
 			count := int64(10)
 			if len(args) == 4 {
@@ -51,7 +55,7 @@ func (s *session) proxyCommand(args [][]byte) {
 				s.replyError("ERR the detector is off: set hotkeys.detect.enabled in the config")
 				return
 			}
-			s.reply(s.srv.detect.detectedReport(int(min(count, 1<<20))))
+			s.reply(s.srv.detect.detectedReport(s.proto, int(min(count, 1<<20))))
 		default:
 			s.replyError("ERR syntax error. Try PROXY HELP.")
 		}
@@ -65,7 +69,7 @@ func (s *session) proxyCommand(args [][]byte) {
 			return
 		}
 		if s.db != 0 {
-			s.replyError("ERR hotkeyproxy: hot keys live in db 0; SELECT 0 first")
+			s.replyError(errHotDB0)
 			return
 		}
 		if sub == "unshard" {
@@ -83,6 +87,20 @@ func (s *session) proxyCommand(args [][]byte) {
 		}
 		s.flush()
 		s.reply(s.srv.hot.Shard(args[2], int(n)))
+	case "journal", "reconcile":
+		if !arity(len(args) == 3) {
+			return
+		}
+		if s.db != 0 {
+			s.replyError(errHotDB0)
+			return
+		}
+		s.flush()
+		if sub == "journal" {
+			s.reply(s.srv.hot.Journal(args[2]))
+		} else {
+			s.reply(s.srv.hot.Reconcile(args[2]))
+		}
 	case "help":
 		if !arity(len(args) == 2) {
 			return
@@ -97,6 +115,10 @@ func (s *session) proxyCommand(args [][]byte) {
 			"    Hold <key>, a counter, as buckets from now on, live; every proxy learns it.",
 			"UNSHARD <key>",
 			"    Turn a key held as buckets back into one plain key, live (not one hotkeys.keys names).",
+			"JOURNAL <key>",
+			"    The journal streams of a journaled hot key, one per bucket, in bucket order.",
+			"RECONCILE <key>",
+			"    Check a journaled hot key's journal against its buckets, per bucket and in total: clean, differs (where, by how much) or unknown.",
 			"CONFIG GET [<pattern>]",
 			"    The running config's settings matching <pattern> (default *), by YAML path; secrets masked.",
 			"CONFIG RELOAD",

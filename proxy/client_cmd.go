@@ -73,7 +73,7 @@ func (s *session) clientAbout(args [][]byte, sub string) {
 		s.flush()
 		s.publish()
 		line := appendClientLine(nil, s.id, s.info, time.Now().Unix())
-		s.reply(appendVerbatim(nil, s.proto, append(line, '\n')))
+		s.reply(s.proto.AppendVerbatim(nil, append(line, '\n')))
 	case "list":
 		s.clientList(args)
 	case "kill":
@@ -103,19 +103,6 @@ func (s *session) clientAbout(args [][]byte, sub string) {
 	case "trackinginfo":
 		s.trackingInfo()
 	}
-}
-
-// appendVerbatim appends text as Redis replies with a verbatim string: a
-// bulk string in RESP2.
-func appendVerbatim(b []byte, proto int, text []byte) []byte {
-	if proto < 3 {
-		return redcon.AppendBulk(b, text)
-	}
-	b = append(b, '=')
-	b = strconv.AppendInt(b, int64(len(text)+4), 10)
-	b = append(b, "\r\ntxt:"...)
-	b = append(b, text...)
-	return append(b, "\r\n"...)
 }
 
 // clientList answers CLIENT LIST [TYPE type | ID id …].
@@ -161,7 +148,7 @@ func (s *session) clientList(args [][]byte) {
 			out = append(appendClientLine(out, sess.id, sess.info, now), '\n')
 		}
 	}
-	s.reply(appendVerbatim(nil, s.proto, out))
+	s.reply(s.proto.AppendVerbatim(nil, out))
 }
 
 // typeOf is the client's type (clientShown.clientType).

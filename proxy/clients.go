@@ -107,7 +107,7 @@ func (s *session) publish() {
 	if ci.name != string(s.name) {
 		ci.name = string(s.name)
 	}
-	ci.db, ci.user, ci.proto, ci.cmd = s.db, s.user, s.proto, s.lastCmd
+	ci.db, ci.user, ci.proto, ci.cmd = s.db, s.user, int(s.proto), s.lastCmd
 	ci.lastIO = s.lastIO
 	ci.multi = -1
 	if s.tx.open {

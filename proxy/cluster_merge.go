@@ -3,7 +3,6 @@ package proxy
 import (
 	"math/rand/v2"
 	"strconv"
-	"strings"
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/hashslot"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
@@ -124,15 +123,7 @@ func (c *clusterCmd) mergeReplies(dst []byte, replies [][]byte) []byte {
 	case mergeScan:
 		return c.scan.merge(dst, replies[0])
 	case mergeInfo:
-		text, ok := resp.BulkValue(replies[0])
-		if !ok {
-			return append(dst, replies[0]...)
-		}
-		info := c.info
-		if len(text) == 0 {
-			info = strings.TrimPrefix(info, "\r\n")
-		}
-		return redcon.AppendBulk(dst, append(append([]byte(nil), text...), info...))
+		return addInfoSection(dst, replies[0], c.info, c.proto)
 	}
 	return append(dst, replies[0]...) // mergeAll
 }

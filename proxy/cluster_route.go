@@ -16,12 +16,13 @@ import (
 // their replies merge.
 type clusterCmd struct {
 	merge    mergeKind
-	first, n int     // its parts: session.parts[first:first+n]
-	order    []int   // mergeArray: the part of each key, in order
-	scan     scanPos // mergeScan
-	info     string  // mergeInfo: the proxy's section
-	known    []bool  // mergeAnd: the scripts the proxy can load anywhere
-	per      int     // mergeArray: elements of each key's
+	first, n int        // its parts: session.parts[first:first+n]
+	order    []int      // mergeArray: the part of each key, in order
+	scan     scanPos    // mergeScan
+	info     string     // mergeInfo: the proxy's section
+	proto    resp.Proto // mergeInfo: the client's
+	known    []bool     // mergeAnd: the scripts the proxy can load anywhere
+	per      int        // mergeArray: elements of each key's
 }
 
 // clusterState is what a session keeps for the cluster upstream.
@@ -239,7 +240,7 @@ func (s *session) clusterKeyless(t *upstream.Topology, cmd *resp.Command, c *com
 		s.queue(t, t.Masters[0], -1, mergeOne, cmd) // where SUBSCRIBE goes
 	case c.cluster == infoMerge:
 		cc := s.addCmd(mergeInfo)
-		cc.info = s.srv.infoSection(args[1:], t)
+		cc.info, cc.proto = s.srv.infoSection(args[1:], t), s.proto
 		s.cs.Queue(s.home(t), -1, cmd.Raw, args)
 		s.endCmd()
 	default:

@@ -148,6 +148,9 @@ var commandTable = map[string]*command{
 	"reset":  {route: routeLocal, noAuth: true},
 	"select": {route: routeLocal, upstreamWhen: whenPinned, cluster: answerSelect},
 	"proxy":  {route: routeLocal},
+	"acl": {subs: map[string]*command{
+		"whoami": {route: routeLocal, upstreamWhen: whenInMulti}, // the client's user, not the connection's
+	}},
 	"client": {subs: map[string]*command{
 		"setname": {route: routeLocal, upstreamWhen: whenPinned},
 		"getname": {route: routeLocal, upstreamWhen: whenPinned},

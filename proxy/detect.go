@@ -9,6 +9,7 @@ import (
 	"github.com/hotkeyproxy/hotkeyproxy/config"
 	"github.com/hotkeyproxy/hotkeyproxy/hotkey"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/keyspec"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 	"github.com/tidwall/redcon"
 )
 
@@ -140,10 +141,11 @@ func replyText(r []byte) string {
 }
 
 // detectedReport answers PROXY HOTKEYS DETECTED [count]: the count
-// (default 10) keys with the highest estimated rate, each an array of
+// (default 10) keys with the highest estimated rate, each an array (a map
+// in RESP3, as p asks) of
 //
 //	key, <key>, read_ops_per_sec, <n>, write_ops_per_sec, <n>, hot, yes|no, since, <unix ms, 0 if not hot>
-func (dt *detection) detectedReport(count int) []byte {
+func (dt *detection) detectedReport(p resp.Proto, count int) []byte {
 	top := dt.d.Top(count)
 	out := redcon.AppendArray(nil, len(top))
 	for _, k := range top {
@@ -151,7 +153,7 @@ func (dt *detection) detectedReport(count int) []byte {
 		if k.Hot {
 			hot, since = "yes", k.Since.UnixMilli()
 		}
-		out = redcon.AppendArray(out, 10)
+		out = p.AppendMap(out, 5)
 		for _, f := range [][2]string{
 			{"key", k.Key},
 			{"read_ops_per_sec", strconv.FormatInt(int64(k.ReadRate), 10)},

@@ -8,7 +8,6 @@ import (
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 	"github.com/hotkeyproxy/hotkeyproxy/proxy/upstream"
-	"github.com/tidwall/redcon"
 )
 
 // started is when the process started serving, for proxy_uptime_in_seconds.
@@ -86,10 +85,22 @@ func (srv *Server) infoSection(args [][]byte, t *upstream.Topology) string {
 func (s *session) standaloneInfo(cmd *resp.Command) {
 	mark := s.exchange(cmd)
 	extra := s.srv.infoSection(cmd.Args[1:], nil)
-	if v, ok := resp.BulkValue(s.out[mark:]); ok && extra != "" {
-		if len(v) == 0 {
-			extra = extra[2:] // only the proxy's section: no blank line before it
-		}
-		s.out = redcon.AppendBulk(s.out[:mark], append(append([]byte(nil), v...), extra...))
+	if extra != "" {
+		s.out = addInfoSection(s.out[:mark], s.out[mark:], extra, s.proto)
 	}
+}
+
+// addInfoSection appends reply, Redis's INFO reply (a bulk string, or a
+// verbatim one in RESP3), with extra, the proxy's section, after its
+// text, to dst, in p as Redis replies INFO. Any other reply (an error) is
+// appended as it is. dst may hold reply: the text is copied first.
+func addInfoSection(dst, reply []byte, extra string, p resp.Proto) []byte {
+	v, ok := resp.TextValue(reply)
+	if !ok {
+		return append(dst, reply...)
+	}
+	if len(v) == 0 {
+		extra = strings.TrimPrefix(extra, "\r\n") // only the proxy's section: no blank line before it
+	}
+	return p.AppendVerbatim(dst, append(append([]byte(nil), v...), extra...))
 }

@@ -119,7 +119,7 @@ func (s *session) reread(m layoutMark, r []byte) []byte {
 			key := args[i+1] // GET k, MGET k1 k2…
 			e.Learn(key)
 			if again := e.Do([][]byte{[]byte("GET"), key}, 1, s.id); again != nil {
-				v = again
+				v = s.proto.Adapt(again)
 			}
 		}
 		out = append(out, v...)

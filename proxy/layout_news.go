@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/proxy/upstream"
 	"github.com/hotkeyproxy/hotkeyproxy/rewrite"
 )
 
@@ -50,13 +51,13 @@ func (s *Server) followLayouts(stop <-chan struct{}) {
 // dialNews connects to the node that carries the news.
 func (s *Server) dialNews() (net.Conn, *bufio.Reader, error) {
 	if s.up.Cluster == nil {
-		return s.up.Pool.Dial(0)
+		return s.up.Pool.Dial(upstream.Key{})
 	}
 	t, _, err := s.up.Cluster.Current()
 	if err != nil {
 		return nil, nil, err
 	}
-	return t.Masters[0].Pool.Dial(0)
+	return t.Masters[0].Pool.Dial(upstream.Key{})
 }
 
 // readNews subscribes on nc and reads messages until the connection fails.

@@ -40,6 +40,8 @@ func (s *session) local(cmd *resp.Command, name string) {
 		s.reply([]byte("+RESET\r\n"))
 	case "client":
 		s.client(args)
+	case "acl":
+		s.whoami(cmd)
 	case "proxy":
 		s.proxyCommand(args)
 	case "config":
@@ -56,14 +58,17 @@ func (s *session) local(cmd *resp.Command, name string) {
 var secretParams = map[string]bool{"requirepass": true, "masterauth": true}
 
 // maskSecrets hides the values of secretParams in a CONFIG GET reply (a
-// flat array of name, value bulk strings), so the proxy's upstream password
+// flat array of name, value bulk strings; a map of them in RESP3), so the proxy's upstream password
 // never reaches a client. Other replies come back unchanged.
 func maskSecrets(reply []byte) []byte {
 	elems, ok := resp.ArrayElems(reply, nil)
-	if !ok {
-		return reply
-	}
 	out := redcon.AppendArray(nil, len(elems))
+	if !ok {
+		if elems, ok = resp.MapElems(reply, nil); !ok {
+			return reply
+		}
+		out = resp.RESP3.AppendMap(nil, len(elems)/2)
+	}
 	for i, e := range elems {
 		if i%2 == 1 {
 			if name, _ := resp.BulkValue(elems[i-1]); secretParams[strings.ToLower(string(name))] {
@@ -78,12 +83,19 @@ func maskSecrets(reply []byte) []byte {
 func (s *session) resetState() {
 	s.endTx()
 	s.db, s.name, s.shared = 0, nil, nil
+	s.switchShared(resp.RESP2) // as Redis's RESET does
 	s.monitoring, s.replies, s.track = false, replyOn, tracking{}
 	s.info.mu.Lock()
 	s.info.tracking, s.info.sub, s.info.psub, s.info.ssub = false, 0, 0, 0 // NO-EVICT stays, as in Redis
 	s.info.mu.Unlock()
 	s.authed = s.srv.config().Password == ""
 	s.rd.SetAuthRequired(!s.authed)
+	s.user = "default"
+	if s.redisChecks() {
+		s.authed = false // Redis's RESET makes the client its default user
+		s.rd.SetAuthRequired(false)
+		s.logIn(s.srv.up.Logins.Get("", ""))
+	}
 }
 
 // checkAuth authenticates as Redis's default user with the proxy's
@@ -108,6 +120,10 @@ func (s *session) auth(args [][]byte) {
 		s.replyError(rediserr.WrongArity("auth"))
 	case len(args) > 3:
 		s.replyError(rediserr.Syntax)
+	case s.redisChecks():
+		if s.verifyAuth(args) {
+			s.reply([]byte("+OK\r\n"))
+		}
 	case len(args) == 2 && s.srv.config().Password == "":
 		s.replyError(rediserr.NoPassword)
 	case len(args) == 2 && s.checkAuth([]byte("default"), args[1]),
@@ -134,11 +150,13 @@ func (s *session) authFailed() {
 	s.replyError(rediserr.WrongPass)
 }
 
-// hello answers HELLO as Redis 7.0 does for RESP2. The proxy relays RESP2
-// only, so "HELLO 3" gets NOPROTO, from which clients fall back to RESP2.
-// The server fields come from Redis; the id is the proxy's client id.
+// hello answers HELLO as Redis 7.0 does: it switches the client to the
+// protocol asked (none: it stays), and the reply, a map in RESP3, comes
+// from Redis on a connection in that protocol, so its server fields are
+// Redis's; the id is the proxy's client id, the mode standalone.
 func (s *session) hello(args [][]byte) {
-	if msg := helloVersionError(args); msg != "" {
+	proto, msg := helloProto(args, s.proto)
+	if msg != "" {
 		s.replyError(msg)
 		return
 	}
@@ -146,8 +164,34 @@ func (s *session) hello(args [][]byte) {
 		s.forward(&resp.Command{Args: args}) // Redis queues it
 		return
 	}
+	name, ok := s.helloOptions(args)
+	if !ok {
+		return
+	}
+	s.flush()
+	hello := [][]byte{[]byte("HELLO"), protoArg(proto)}
+	if s.pinned() {
+		// The client's own connection keeps its name and id upstream, and
+		// Redis switches its protocol.
+		if name != nil {
+			hello = append(hello, []byte("SETNAME"), name)
+		}
+		s.switchShared(proto)
+		s.forward(&resp.Command{Args: hello})
+		return
+	}
+	if !s.setProto(proto) {
+		return
+	}
+	mark := s.exchange(&resp.Command{Args: hello})
+	s.out = append(s.out[:mark], s.helloReply(s.out[mark:])...)
+}
+
+// helloOptions applies HELLO's AUTH and SETNAME, as Redis 7.0 checks
+// them, and returns the name set, if any; or answers why not.
+func (s *session) helloOptions(args [][]byte) (name []byte, ok bool) {
 	next := min(len(args), 2)
-	var user, pass, name []byte
+	var user, pass []byte
 	for j := next; j < len(args); j++ {
 		more := len(args) - 1 - j
 		switch {
@@ -159,51 +203,99 @@ func (s *session) hello(args [][]byte) {
 			j++
 		default:
 			s.replyError(rediserr.HelloOption(string(args[j])))
-			return
+			return nil, false
 		}
 	}
-	if user != nil && !s.checkAuth(user, pass) {
+	switch {
+	case user == nil:
+	case s.redisChecks():
+		if !s.verifyAuth([][]byte{[]byte("AUTH"), user, pass}) {
+			return nil, false
+		}
+	case !s.checkAuth(user, pass):
 		s.authFailed()
-		return
+		return nil, false
 	}
-	if !s.authed {
+	if !s.mayRun() {
 		s.replyError(rediserr.HelloNoAuth)
-		return
+		return nil, false
 	}
 	if name != nil && !s.setName(name) {
-		return
+		return nil, false
 	}
-	s.flush()
-	hello := [][]byte{[]byte("HELLO"), []byte("2")}
-	if name != nil && s.pinned() {
-		// The client's own connection keeps its name upstream.
-		hello = append(hello, []byte("SETNAME"), name)
-	}
-	mark := s.exchange(&resp.Command{Args: hello})
-	reply := patchHelloID(s.out[mark:], s.id)
+	return name, true
+}
+
+// helloReply is Redis's HELLO reply as the client must see it: with its
+// proxy id, from a standalone server.
+func (s *session) helloReply(reply []byte) []byte {
+	reply = patchHelloID(reply, s.id)
 	if s.srv.up.Cluster != nil {
 		reply = standaloneHello(reply)
 	}
-	s.out = append(s.out[:mark], reply...)
+	return reply
 }
 
-// helloVersionError checks HELLO's protocol version: the proxy relays RESP2
-// only, so 3 gets NOPROTO, from which clients fall back to RESP2.
-func helloVersionError(args [][]byte) string {
+// setProto switches the client's requests to shared connections in
+// proto, and an own connection it keeps but is not held on (cluster mode)
+// to proto too, so that it is in the client's protocol when next used. It
+// answers and returns false when that connection failed.
+func (s *session) setProto(proto resp.Proto) bool {
+	if proto == s.proto {
+		return true
+	}
+	s.switchShared(proto)
+	if s.own == nil {
+		return true
+	}
+	if err := ownSay(s.own.nc, s.own.br, s.own.pool, []byte("HELLO"), protoArg(proto)); err != nil {
+		s.own.nc.Close()
+		s.setOwn(nil)
+		s.replyError(upstream.ErrorText(err))
+		s.quit = true // its watch is gone with it, as on any failure of it
+		return false
+	}
+	return true
+}
+
+// switchShared makes the client's protocol proto, and its requests go to
+// shared connections in it from now on.
+func (s *session) switchShared(proto resp.Proto) {
+	if proto != s.proto {
+		s.proto, s.shared = proto, nil
+		s.cs.RoundTrip.SetRESP3(proto == resp.RESP3)
+		if s.srv.up.Cluster == nil {
+			s.pool.KeepSpare(s.upstreamKey()) // for its first blocking command in proto
+		}
+	}
+}
+
+// protoArg is HELLO's argument for proto.
+func protoArg(proto resp.Proto) []byte {
+	if proto == resp.RESP3 {
+		return []byte("3")
+	}
+	return []byte("2")
+}
+
+// helloProto is the protocol HELLO's arguments ask for, cur when they
+// name none, or Redis 7.0's error text for a version it refuses.
+func helloProto(args [][]byte, cur resp.Proto) (resp.Proto, string) {
 	if len(args) < 2 {
-		return ""
+		return cur, ""
 	}
 	v, ok := resp.ParseInt(args[1])
 	switch {
 	case !ok:
-		return rediserr.BadProtover
-	case v != 2:
-		return rediserr.NoProto
+		return cur, rediserr.BadProtover
+	case v != 2 && v != 3:
+		return cur, rediserr.NoProto
 	}
-	return ""
+	return resp.Proto(v), ""
 }
 
-// patchHelloID replaces the upstream connection's id in a HELLO reply with
+// patchHelloID replaces the upstream connection's id in a HELLO reply (a
+// flat array in RESP2, a map in RESP3) with
 // the client's own, so HELLO and CLIENT ID agree.
 func patchHelloID(reply []byte, id uint64) []byte {
 	return patchIntField(reply, "id", int64(id))
@@ -223,6 +315,23 @@ func patchIntField(reply []byte, field string, v int64) []byte {
 	patched := append([]byte(nil), reply[:start]...)
 	patched = strconv.AppendInt(patched, v, 10)
 	return append(patched, reply[end:]...)
+}
+
+// helloReplyProto is the protocol the last HELLO reply in reply says the
+// connection speaks.
+func helloReplyProto(reply []byte) (resp.Proto, bool) {
+	const field = "$5\r\nproto\r\n:"
+	i := bytes.LastIndex(reply, []byte(field))
+	if i < 0 || i+len(field) >= len(reply) {
+		return 0, false
+	}
+	switch reply[i+len(field)] {
+	case '2':
+		return resp.RESP2, true
+	case '3':
+		return resp.RESP3, true
+	}
+	return 0, false
 }
 
 // standaloneHello makes the HELLO replies in reply from a cluster node say
@@ -268,12 +377,15 @@ func (s *session) selectDB(args [][]byte) {
 		return
 	}
 	s.flush()
-	c, err := s.srv.up.Pool.Get(int(n), s.id)
+	k := s.upstreamKey()
+	k.DB = int(n)
+	c, err := s.pool.Get(k, s.id)
 	if err != nil {
 		s.replyError(upstream.ErrorText(err))
 		return
 	}
 	s.db, s.shared = int(n), c
+	s.pool.KeepSpare(k) // for its first blocking command here
 	s.reply([]byte("+OK\r\n"))
 }
 
@@ -297,7 +409,7 @@ func (s *session) client(args [][]byte) {
 	switch sub {
 	case "getname":
 		if len(s.name) == 0 {
-			s.reply(redcon.AppendNull(nil))
+			s.reply(s.proto.AppendNull(nil))
 		} else {
 			s.reply(redcon.AppendBulk(nil, s.name))
 		}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"math"
 	"net"
@@ -72,15 +73,20 @@ func (s *session) ownRoundTrip(block *resp.Command) {
 	}
 	okLen, done := len(s.out), 0
 	var err error
-	for ; done < b.N; done++ {
+	for done < b.N {
+		from := len(s.out)
 		if s.out, err = resp.ReadReply(s.own.br, s.out); err != nil {
 			err = s.ownTimeout(err, limit)
 			break
 		}
+		s.out = s.own.pool.Refusal(s.out, okLen)
 		if s.tx.open && string(s.out[okLen:]) == "+QUEUED\r\n" {
 			s.tx.queued++
 		}
 		okLen = len(s.out)
+		if !outOfBand(s.out[from:]) {
+			done++
+		}
 	}
 	if gone := stop != nil && stop(); gone && err != nil {
 		// The client left while Redis held its command, and we dropped
@@ -93,6 +99,15 @@ func (s *session) ownRoundTrip(block *resp.Command) {
 		s.out = s.out[:okLen]
 		s.failBatch(done, b.N, err)
 	}
+}
+
+// outOfBand reports whether reply is a RESP3 push Redis sends of its own
+// accord (a message, a key invalidation), not as the reply to a request:
+// it goes to the client where it came, between the replies, and counts as
+// none of them. The replies to (un)subscribing are pushes too.
+func outOfBand(reply []byte) bool {
+	kind, ok := resp.PushKind(reply)
+	return ok && !bytes.HasSuffix(bytes.ToLower(kind), []byte("subscribe"))
 }
 
 // ownTimeout is err, or the TimeoutError to give the client when err is
@@ -185,18 +200,14 @@ func (s *session) watchClient() (stop func() (clientGone bool)) {
 }
 
 // pin gives the client an upstream connection of its own to p's node, in
-// its db and with its name, after every request sent so far is answered.
+// its db, protocol and with its name, after every request sent so far is
+// answered.
 func (s *session) pin(p *upstream.Pool) bool {
 	s.flush()
-	nc, br, err := p.Dial(s.db)
+	p = s.userPool(p)
+	nc, br, err := p.DialOwn(s.upstreamKey())
 	if err == nil && len(s.name) > 0 {
-		nc.SetDeadline(time.Now().Add(p.DialTimeout()))
-		req := resp.AppendCommand(nil, []byte("CLIENT"), []byte("SETNAME"), s.name)
-		if _, err = nc.Write(req); err == nil {
-			_, err = resp.ReadReply(br, nil)
-		}
-		nc.SetDeadline(time.Time{})
-		if err != nil {
+		if err = ownSay(nc, br, p, []byte("CLIENT"), []byte("SETNAME"), s.name); err != nil {
 			nc.Close()
 		}
 	}
@@ -206,6 +217,19 @@ func (s *session) pin(p *upstream.Pool) bool {
 	}
 	s.setOwn(&ownConn{nc: nc, br: br, pool: p})
 	return true
+}
+
+// ownSay sends a request of the proxy's on an own connection nc of p's
+// node, within the dial timeout, and reads its reply, which the client
+// never sees.
+func ownSay(nc net.Conn, br *bufio.Reader, p *upstream.Pool, args ...[]byte) error {
+	nc.SetDeadline(time.Now().Add(p.DialTimeout()))
+	defer nc.SetDeadline(time.Time{})
+	if _, err := nc.Write(resp.AppendCommand(nil, args...)); err != nil {
+		return err
+	}
+	_, err := resp.ReadReply(br, nil)
+	return err
 }
 
 // pinned reports whether requests go to the client's own connection.
@@ -304,7 +328,7 @@ func (s *session) killEverywhere(cmd *resp.Command) {
 	req := rawOf(cmd)
 	var first []byte
 	for _, n := range t.Masters {
-		reply := askAside(n.Pool, req)
+		reply := askAside(s.userPool(n.Pool), req)
 		if string(reply) == "+OK\r\n" {
 			s.reply(reply)
 			return

@@ -26,7 +26,8 @@ func (s *Server) config() *config.Config { return s.live.Load() }
 
 // Apply makes cfg, already validated, the running configuration for what
 // can change live: hot-key rules, deduct scripts, hotkeys.soldout_ttl,
-// read_staleness and move_timeout, the detector's settings, the client
+// read_staleness, move_timeout and journal_maxlen, the detector's
+// settings, the client
 // password, limits (limits for clients that connect from now on), and the
 // TLS listener's certificate, client CAs, min_version and
 // handshake_timeout, read from their files again even when the paths are
@@ -111,7 +112,7 @@ func (s *session) configCommand(args [][]byte) {
 				n++
 			}
 		}
-		s.reply(append(redcon.AppendArray(nil, 2*n), out...))
+		s.reply(append(s.proto.AppendMap(nil, n), out...))
 	default:
 		s.replyError(rediserr.UnknownSubcommand("config|"+string(args[2]), "PROXY"))
 	}

@@ -81,10 +81,18 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	s.hot = rewrite.New(s.up, cfg, log)
+	if s.up.Cluster != nil {
+		// A hot key's EVALSHA loads a script the proxy remembers where
+		// it is missing, as the relay does for a plain key.
+		s.hot.SetScriptMemory(s.up.Cluster.Scripts().Knows)
+	}
 	if s.detect, err = newDetection(cfg.Hotkeys.Detect); err != nil {
 		return nil, err
 	}
-	s.m.reg.MustRegister(newHotKeyCollector(s))
+	s.m.reg.MustRegister(newHotKeyCollector(s), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "hotkeyproxy_upstream_logins",
+		Help: "ACL users whose upstream pools are open (upstream.client_auth: redis): those clients are logged in as, and those let go less than a minute ago; the clients that have not logged in count as one.",
+	}, func() float64 { return float64(s.up.Logins.Len()) }))
 	return s, nil
 }
 

@@ -50,8 +50,19 @@ type session struct {
 	db     int
 	name   []byte
 	authed bool
-	user   string // the ACL user the client is authenticated as; "" is default
-	proto  int    // the client's RESP version: 2, or 3 after HELLO 3
+	// user is the ACL user the client is logged in as: "default" unless
+	// Redis checks passwords (upstream.client_auth: redis) and it logged
+	// in as another. login holds that user's pools then, nil otherwise.
+	user  string
+	login *upstream.Login
+	// pool is the pool of the client's shared connections in standalone
+	// mode: the server's, or its user's with a login.
+	pool *upstream.Pool
+	// proto is the protocol the client negotiated with HELLO (RESP2 until
+	// then), which its replies are in, Redis's and the proxy's own: the
+	// shared connections it uses speak it too (see upstreamKey). As
+	// CLIENT LIST's resp field.
+	proto resp.Proto
 
 	// What CLIENT LIST shows (clients.go): info is published from these
 	// and the fields above, which only the session's goroutine touches.
@@ -122,10 +133,12 @@ func newSession(srv *Server, nc net.Conn, w *clientWriter, id uint64) *session {
 		id:         id,
 		rd:         resp.NewCommandReader(nc, int(limits.QueryBuffer), int64(limits.MaxBulk)),
 		authed:     srv.config().Password == "",
+		user:       "default",
+		pool:       srv.up.Pool,
+		proto:      resp.RESP2,
 		batchMax:   firstBatchCommands,
 		pendingMax: int(limits.MaxPendingOutput),
 		mem:        memAccount{srv: srv},
-		proto:      2,
 		info:       newClientInfo(nc),
 	}
 	s.lastIO = s.info.created
@@ -136,6 +149,14 @@ func newSession(srv *Server, nc net.Conn, w *clientWriter, id uint64) *session {
 	s.b.DoneCh = make(chan struct{}, 1)
 	s.tx.slot = -1
 	s.cs.RoundTrip = upstream.NewRoundTrip(srv.up.Cluster, id)
+	if s.redisChecks() {
+		s.authed = false // until Redis says its default user needs no AUTH
+		s.rd.SetAuthRequired(false)
+		s.logIn(srv.up.Logins.Get("", ""))
+	}
+	if srv.up.Cluster == nil {
+		s.pool.KeepSpare(s.upstreamKey()) // for the first blocking command in db 0
+	}
 	return s
 }
 
@@ -241,6 +262,9 @@ func (s *session) close() {
 	}
 	s.mem.add(-s.memOwn) // the writer gives back its own when it ends
 	s.memOwn = 0
+	if s.login != nil {
+		s.login.Release()
+	}
 }
 
 // reply appends a locally made reply after every reply before it.
@@ -282,7 +306,7 @@ func (s *session) write() bool {
 func (s *session) handle(cmd *resp.Command) {
 	c, name := lookup(cmd.Args, &s.nameBuf)
 	s.m.add(s.srv.m, c, s.streaming)
-	if !s.authed && !c.noAuth {
+	if !c.noAuth && !s.mayRun() {
 		s.replyError(rediserr.NoAuth)
 		return
 	}
@@ -307,6 +331,11 @@ func (s *session) run(cmd *resp.Command, c *command, name []byte) {
 		s.tx.dirty = true
 		return
 	}
+	if c.flushesScripts {
+		// Which nodes hold the deduct scripts, as the hot keys' EVALSHA
+		// last saw: asked again.
+		s.srv.hot.ForgetScripts()
+	}
 	if s.hotCommand(cmd, c, string(name)) {
 		return
 	}
@@ -314,7 +343,7 @@ func (s *session) run(cmd *resp.Command, c *command, name []byte) {
 		return
 	}
 	if c.aside && s.own == nil && s.srv.up.Cluster == nil {
-		s.reply(askAside(s.srv.up.Pool, rawOf(cmd)))
+		s.reply(askAside(s.userPool(s.srv.up.Pool), rawOf(cmd)))
 		return
 	}
 	switch c.route {
@@ -477,7 +506,7 @@ func (s *session) sendBatch(block *resp.Command) {
 	default:
 		from := len(s.out)
 		b.Out, b.OKLen, b.Done, b.Err = s.out, from, 0, nil
-		s.srv.up.Pool.Send(&s.shared, s.db, s.id, b)
+		s.pool.Send(&s.shared, s.upstreamKey(), s.id, b)
 		<-b.DoneCh
 		s.out, b.Out = b.Out, nil
 		if b.Err != nil {
@@ -488,6 +517,12 @@ func (s *session) sendBatch(block *resp.Command) {
 		fit := maxPendingOut * n / max(len(s.out)-from, 1)
 		s.batchMax = min(max(fit, 1), max(batchGrowth*n, s.batchMax), maxBatchCommands)
 	}
+}
+
+// upstreamKey names the shared connections the client's requests go on:
+// of its db, in its protocol.
+func (s *session) upstreamKey() upstream.Key {
+	return upstream.Key{DB: s.db, RESP3: s.proto == resp.RESP3}
 }
 
 // failBatch answers requests done..n of a failed batch with an error.

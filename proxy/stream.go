@@ -37,6 +37,18 @@ type streamMark struct {
 	// refusing the request because the client is still subscribed.
 	alt    []byte
 	altHit bool // set by relay before seen is closed
+	// prefix: the reply is one that starts with frame (HELLO's, whose id
+	// varies). patch, if set, rewrites a reply passed on.
+	prefix bool
+	patch  func([]byte) []byte
+}
+
+// matches reports whether frame is the reply m waits for.
+func (m *streamMark) matches(frame []byte) bool {
+	if m.prefix {
+		return bytes.HasPrefix(frame, m.frame)
+	}
+	return bytes.Equal(frame, m.frame)
 }
 
 // streamSync sends req, whose reply is m's frame, and waits until relay has
@@ -74,9 +86,12 @@ func (s *session) relay(own *ownConn) {
 		if m := s.mark.Load(); err == nil && m != nil {
 			frame := buf[start:]
 			m.altHit = m.alt != nil && bytes.Equal(frame, m.alt)
-			if m.altHit || bytes.Equal(frame, m.frame) {
-				if !m.pass || m.altHit {
+			if m.altHit || m.matches(frame) {
+				switch {
+				case !m.pass || m.altHit:
 					buf = buf[:start]
+				case m.patch != nil:
+					buf = append(buf[:start], m.patch(bytes.Clone(frame))...)
 				}
 				buf, err = s.relayWrite(buf)
 				s.mark.Store(nil)
@@ -136,8 +151,8 @@ func (s *session) drainStream() {
 }
 
 // handleStreaming relays everything in stream mode: Redis refuses most
-// commands while subscribed, with its own text. Only a protocol switch is
-// stopped here, since the relay speaks RESP2.
+// commands while a RESP2 client is subscribed, with its own text, and runs
+// any command of a RESP3 one, its replies between the pushes.
 func (s *session) handleStreaming(cmd *resp.Command, name []byte) {
 	switch string(name) {
 	case "config":
@@ -147,13 +162,8 @@ func (s *session) handleStreaming(cmd *resp.Command, name []byte) {
 			return
 		}
 	case "hello":
-		if len(cmd.Args) > 1 && string(cmd.Args[1]) == "3" {
-			// Redis must not switch this connection to RESP3. Version 4
-			// gets the answer the proxy gives HELLO 3 (NOPROTO), or while
-			// subscribed Redis's own refusal, in order with the rest.
-			args := append([][]byte{cmd.Args[0], []byte("4")}, cmd.Args[2:]...)
-			cmd = &resp.Command{Args: args}
-		}
+		s.streamHello(cmd)
+		return
 	case "reset":
 		// RESET ends the stream: relay stops after Redis's +RESET, and
 		// the client is back to request and reply on its own connection.
@@ -169,7 +179,56 @@ func (s *session) handleStreaming(cmd *resp.Command, name []byte) {
 		s.clusterStreaming(cmd, string(name))
 		return
 	}
+	if s.proto == resp.RESP3 && s.namesHotKey(cmd) {
+		var buf [24]byte
+		c, lname := lookup(cmd.Args, &buf)
+		s.streamAside(cmd, c, lname)
+		return
+	}
 	s.forward(cmd)
+}
+
+// streamHello answers HELLO in stream mode, in order with the stream.
+// Redis runs a RESP3 client's, and a RESP2 one's only when it counts no
+// subscription of it (else it refuses it, with its own text), which the
+// reply to a PING tells first. The session checks the options as it does
+// for any client, follows the switch, and the client gets Redis's reply
+// with its proxy id.
+func (s *session) streamHello(cmd *resp.Command) {
+	proto, msg := helloProto(cmd.Args, s.proto)
+	nonce := []byte("hotkeyproxy-stream-hello")
+	m := &streamMark{frame: s.streamPing(nonce, true), alt: s.streamPing(nonce, false)}
+	if !s.streamSync(&resp.Command{Args: [][]byte{[]byte("PING"), nonce}}, m) {
+		s.quit = true
+		return
+	}
+	if msg != "" || s.proto == resp.RESP2 && !m.altHit {
+		s.forward(cmd) // Redis's refusal, or its error for the version
+		return
+	}
+	name, ok := s.helloOptions(cmd.Args)
+	if !ok {
+		s.write()
+		return
+	}
+	hello := [][]byte{[]byte("HELLO"), protoArg(proto)}
+	if name != nil {
+		hello = append(hello, []byte("SETNAME"), name)
+	}
+	s.switchShared(proto)
+	head := append(proto.AppendMap(nil, 7), "$6\r\nserver\r\n"...)
+	if !s.streamSync(&resp.Command{Args: hello}, &streamMark{frame: head, prefix: true, pass: true, patch: s.helloReply}) {
+		s.quit = true
+	}
+}
+
+// streamPing is Redis's reply to PING nonce on a stream: an array in
+// RESP2 while subscribed, else the nonce.
+func (s *session) streamPing(nonce []byte, subscribed bool) []byte {
+	if s.proto == resp.RESP2 && subscribed {
+		return redcon.AppendBulk(redcon.AppendBulk(redcon.AppendArray(nil, 2), []byte("pong")), nonce)
+	}
+	return redcon.AppendBulk(nil, nonce)
 }
 
 // endStream returns the client to request and reply once relay stopped.
@@ -188,7 +247,7 @@ func (s *session) endStream() {
 func (s *session) clusterStream(cmd *resp.Command, c *command) {
 	name := c.name
 	if strings.HasSuffix(name, "unsubscribe") {
-		s.reply(unsubscribeReplies(cmd.Args, name))
+		s.reply(unsubscribeReplies(s.proto, cmd.Args, name))
 		return
 	}
 	t, slot, ok := s.clusterSlot(cmd, c)
@@ -209,7 +268,7 @@ func (s *session) clusterStream(cmd *resp.Command, c *command) {
 		s.cs.hold = true
 		mark := s.ownExchange(cmd, false, false, s.ownOn)
 		s.cs.hold = false
-		if !bytes.HasPrefix(s.out[mark:], []byte("*3\r\n")) {
+		if !bytes.HasPrefix(s.out[mark:], s.proto.AppendPush(nil, 3)) {
 			return
 		}
 		s.startStream()
@@ -226,12 +285,12 @@ func (s *session) clusterStream(cmd *resp.Command, c *command) {
 // unsubscribeReplies is Redis's reply to an unsubscribe command from a
 // client with no subscriptions: one per channel named, or one with a nil
 // channel.
-func unsubscribeReplies(args [][]byte, name string) []byte {
+func unsubscribeReplies(p resp.Proto, args [][]byte, name string) []byte {
 	one := func(b []byte, ch []byte) []byte {
-		b = redcon.AppendArray(b, 3)
+		b = p.AppendPush(b, 3)
 		b = redcon.AppendBulk(b, []byte(name))
 		if ch == nil {
-			b = redcon.AppendNull(b)
+			b = p.AppendNull(b)
 		} else {
 			b = redcon.AppendBulk(b, ch)
 		}
@@ -293,6 +352,11 @@ func (s *session) clusterStreaming(cmd *resp.Command, name string) {
 	case "monitor":
 		cs.monitor = true
 	}
+	var buf [24]byte
+	if c, lname := lookup(cmd.Args, &buf); s.proto == resp.RESP3 && name != "ping" && (c.route == routeShared || c.route == routeLocal) {
+		s.streamAside(cmd, c, lname)
+		return
+	}
 	if _, keys, err := s.srv.up.Cluster.Current(); err == nil && len(cs.subs) > 0 {
 		if cs.keyIdx, _ = keys.Keys(cmd.Args, cs.keyIdx[:0]); len(cs.keyIdx) > 0 {
 			s.streamReplyError(rediserr.Subscribed(name))
@@ -334,13 +398,54 @@ func (s *session) followsSlot(slot uint16) bool {
 // proxy's, after every reply to what it sent before.
 func (s *session) streamReplyError(msg string) {
 	nonce := []byte("hotkeyproxy-stream-sync")
-	frame := redcon.AppendBulk(redcon.AppendBulk(redcon.AppendArray(nil, 2), []byte("pong")), nonce)
-	if !s.streamSync(&resp.Command{Args: [][]byte{[]byte("PING"), nonce}}, &streamMark{frame: frame}) {
+	if !s.streamSync(&resp.Command{Args: [][]byte{[]byte("PING"), nonce}}, &streamMark{frame: s.streamPing(nonce, true)}) {
 		s.quit = true
 		return
 	}
 	s.replyError(msg)
 	s.write()
+}
+
+// streamAside runs a command of a RESP3 subscriber, which Redis 7.0
+// would run, as it runs for a client that is not subscribed, once every
+// reply before it reached the client: in cluster mode by slot on the
+// shared connections or answered here (the node the client streams from
+// may not serve its keys, and must not be seen as a cluster node); on a
+// hot key, with its buckets. c is a command that needs no connection of
+// its own.
+func (s *session) streamAside(cmd *resp.Command, c *command, name []byte) {
+	nonce := []byte("hotkeyproxy-stream-aside")
+	if !s.streamSync(&resp.Command{Args: [][]byte{[]byte("PING"), nonce}}, &streamMark{frame: s.streamPing(nonce, true)}) {
+		s.quit = true
+		return
+	}
+	// It must not go on the connection relay reads: with s.own hidden,
+	// route takes the shared connections (abort still finds it in ownNC).
+	own := s.own
+	s.streaming, s.own = false, nil
+	s.run(cmd, c, name)
+	s.flush()
+	s.streaming, s.own = true, own
+	s.write()
+}
+
+// namesHotKey reports whether cmd names a hot key, by the command table.
+func (s *session) namesHotKey(cmd *resp.Command) bool {
+	e := s.srv.hot
+	if s.db != 0 || !e.Any() {
+		return false
+	}
+	table := s.srv.up.KeyTable()
+	if table == nil {
+		return false
+	}
+	idx, _ := table.Keys(cmd.Args, s.keysBuf[:0])
+	for _, i := range idx {
+		if e.Hot(cmd.Args[i]) {
+			return true
+		}
+	}
+	return false
 }
 
 // tryEndStream ends the stream once the proxy counts no subscription

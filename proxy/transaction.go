@@ -22,6 +22,10 @@ type txState struct {
 	open   bool
 	dirty  bool // a command was refused: EXEC must fail
 	queued int  // commands Redis queued (CLIENT LIST's multi)
+	// hotKeys are the hot keys its queued steps change (standalone):
+	// the engine forgets what it saw of them once EXEC or DISCARD ends it.
+	hotKeys []string
+	deleted []string // those a queued DEL or UNLINK deletes
 
 	// Cluster mode.
 	watching bool
@@ -54,6 +58,10 @@ func (s *session) endOwnTx(cmd *resp.Command, name string) {
 		s.out = redcon.AppendError(s.out[:mark], rediserr.ExecAbort)
 	} else {
 		s.forward(cmd)
+	}
+	s.flush()
+	for _, k := range s.tx.hotKeys {
+		s.srv.hot.Changed([]byte(k))
 	}
 	s.endTx()
 }
@@ -207,7 +215,7 @@ func (s *session) clusterTx(cmd *resp.Command, c *command) bool {
 			s.out = redcon.AppendError(s.out[:mark], rediserr.ExecAbort)
 		case name == "exec" && s.tx.watchLost:
 			mark := s.exchange(&resp.Command{Args: [][]byte{[]byte("DISCARD")}})
-			s.out = append(s.out[:mark], "*-1\r\n"...)
+			s.out = s.proto.AppendNullArray(s.out[:mark])
 		default:
 			mark := s.exchange(cmd)
 			if name == "exec" && s.tx.name != nil && len(s.out) > mark && s.out[mark] == '*' {
@@ -215,6 +223,9 @@ func (s *session) clusterTx(cmd *resp.Command, c *command) bool {
 			}
 			if name == "exec" && s.tx.hello {
 				s.out = append(s.out[:mark], standaloneHello(s.out[mark:])...)
+				if p, ok := helloReplyProto(s.out[mark:]); ok {
+					s.switchShared(p) // the last HELLO queued switched the connection
+				}
 			}
 		}
 		s.endTx()

@@ -193,6 +193,7 @@ func (e *Engine) set(h *hotKey, args [][]byte) ([]byte, error) {
 	}
 	masters, owner := e.up.Placement()
 	l := Place(h.name, n, masters, owner)
+	l.Journal = h.conf.Load().rule.Journal || st == stateHot && prev.Journal
 	var old []byte
 	if get && st == stateHot {
 		if old, err = e.get(h); err != nil {
@@ -215,7 +216,7 @@ func (e *Engine) set(h *hotKey, args [][]byte) ([]byte, error) {
 	setMarker := append([][]byte{[]byte("SET"), key, l.Marker()}, args[3:]...)
 	r, markUnacked := e.sendChange(h, Request{Key: key, Args: setMarker})
 	if err := replyErr(r); err != nil {
-		e.dropBuckets(h, l)
+		e.discard(h, l)
 		return nil, err
 	}
 	unacked = cmp.Or(unacked, markUnacked)
@@ -234,7 +235,7 @@ func (e *Engine) set(h *hotKey, args [][]byte) ([]byte, error) {
 		old = r // the plain value it held, or nil
 	}
 	if !wasSet {
-		e.dropBuckets(h, l)
+		e.discard(h, l)
 	} else {
 		e.adopt(h, l)
 		h.soldAt.Store(0)
@@ -257,27 +258,38 @@ func (e *Engine) set(h *hotKey, args [][]byte) ([]byte, error) {
 // writeShares writes total over the buckets of l, each with expiry;
 // unacked is the first write short of the replicas the rule waits for.
 func (e *Engine) writeShares(h *hotKey, l *Layout, total int64, expiry [][]byte) (unacked, err error) {
-	reqs := make([]Request, l.N())
-	for i := range reqs {
-		b := l.Bucket(i)
-		reqs[i] = Request{Key: b, Args: append([][]byte{[]byte("SET"), b, strconv.AppendInt(nil, l.Share(total, i), 10)}, expiry...)}
+	calls := make([]scriptCall, l.N())
+	for i := range calls {
+		calls[i] = e.shareCall(l, i, l.Share(total, i), expiry...)
 	}
-	replies, short := e.sendChanges(h, reqs)
-	for _, r := range replies {
+	// Each share stands once written: one short of the replicas is said
+	// in SET's reply, not taken for a failed write.
+	send := func(h *hotKey, reqs []Request) [][]byte {
+		replies, short := e.sendChanges(h, reqs)
+		for _, u := range short {
+			unacked = cmp.Or(unacked, u)
+		}
+		return replies
+	}
+	for _, r := range e.evalAllBy(h, calls, send) {
 		if err := replyErr(r); err != nil {
 			return nil, err
 		}
-	}
-	for _, u := range short {
-		unacked = cmp.Or(unacked, u)
 	}
 	return unacked, nil
 }
 
 // dropBuckets deletes the buckets of a layout that no key names, with
-// their records.
+// their records; its journals are kept journalKeep for their consumers.
 func (e *Engine) dropBuckets(h *hotKey, l *Layout) {
-	e.send(h, l.dropRequests(nil, []byte("DEL")))
+	e.send(h, l.retireJournals(l.dropRequests(nil, []byte("DEL"))))
+}
+
+// discard deletes the buckets of a layout no key ever named (its SET did
+// not apply), with their records and journals: nothing happened to the
+// key, so the journal has nothing to say.
+func (e *Engine) discard(h *hotKey, l *Layout) {
+	e.send(h, l.journalRequests(l.dropRequests(nil, []byte("DEL")), []byte("DEL")))
 }
 
 // add answers INCR, DECR, INCRBY, DECRBY: the sum changes exactly as a
@@ -387,6 +399,9 @@ func (e *Engine) script(h *hotKey, args [][]byte, client uint64) ([]byte, error)
 	if n, ok := resp.ParseInt(args[2]); !ok || n != 1 {
 		return nil, refused(h.name, "a deduct script must name it as its only key")
 	}
+	if err := e.heldCheck(h, s, args); err != nil {
+		return nil, err
+	}
 	amount := s.Amount.Const
 	if s.Amount.ArgvIndex > 0 {
 		i := 3 + s.Amount.ArgvIndex
@@ -398,13 +413,17 @@ func (e *Engine) script(h *hotKey, args [][]byte, client uint64) ([]byte, error)
 			return nil, refused(h.name, "script "+s.Name+" needs a positive integer amount in ARGV["+strconv.Itoa(s.Amount.ArgvIndex)+"]")
 		}
 	}
+	var order []byte // the journal's order id, when the script names one
+	if i := 3 + int(s.OrderID); s.OrderID > 0 && i < len(args) {
+		order = args[i]
+	}
 	soldout := redcon.AppendInt(nil, s.Soldout)
 	if e.soldOut(h, amount) {
 		h.count.soldOutLocal.Add(1)
 		return h.counted(soldout, nil, soldout, amount)
 	}
 	for try := 0; ; try++ {
-		r, err := e.deductOnce(h, amount, soldout, client)
+		r, err := e.deductOnce(h, amount, soldout, client, order)
 		if !errors.Is(err, errGone) || try == 2 {
 			return h.counted(r, err, soldout, amount)
 		}
@@ -413,7 +432,7 @@ func (e *Engine) script(h *hotKey, args [][]byte, client uint64) ([]byte, error)
 
 // deductOnce is the deduct script on the layout as loaded; errGone when
 // the key turned out to be gone, to be tried again.
-func (e *Engine) deductOnce(h *hotKey, amount int64, soldout []byte, client uint64) ([]byte, error) {
+func (e *Engine) deductOnce(h *hotKey, amount int64, soldout []byte, client uint64, order []byte) ([]byte, error) {
 	l, st, err := e.load(h, false)
 	switch {
 	case err != nil:
@@ -423,7 +442,7 @@ func (e *Engine) deductOnce(h *hotKey, amount int64, soldout []byte, client uint
 	case st == stateOther:
 		return nil, refused(h.name, "it holds a value that is not an integer below 2^53 in absolute value")
 	}
-	ok, err := e.deduct(h, l, amount, client)
+	ok, err := e.deduct(h, l, amount, client, order)
 	switch {
 	case err != nil:
 		return nil, err
@@ -448,7 +467,7 @@ func (e *Engine) del(h *hotKey, args [][]byte) ([]byte, error) {
 		return nil, err
 	}
 	if st == stateHot {
-		e.send(h, l.dropRequests(nil, args[0]))
+		e.send(h, l.retireJournals(l.dropRequests(nil, args[0])))
 	}
 	return r, nil
 }

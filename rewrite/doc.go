@@ -33,6 +33,9 @@
 //     into bucket 0 (moves between buckets, below) and taken there. The
 //     reply is the stock left as this proxy sees it, or the script's
 //     declared sold-out value. Any other script on a hot key is refused.
+//     EVALSHA answers NOSCRIPT, nothing taken, when Redis does not hold
+//     the script, as on a plain key (script_held.go says what "hold"
+//     means with buckets on several masters); EVAL makes it hold it.
 //  4. DECR and DECRBY change the sum exactly as a plain key's: what the
 //     buckets cannot cover is moved into bucket 0 and taken there, so
 //     bucket 0 goes negative and the reply is the negative sum. INCR and
@@ -42,7 +45,10 @@
 //     are answered by the key itself; DEL, UNLINK, EXPIRE, PEXPIRE,
 //     EXPIREAT, PEXPIREAT and PERSIST are applied to the buckets too.
 //  6. Any other command on a hot key (HSET, LPUSH, INCRBYFLOAT…) is
-//     refused with an error that names the key.
+//     refused with an error that names the key. Inside MULTI, in
+//     standalone mode, the commands of 2 to 5 but SET are queued as one
+//     Lua step over the key and its buckets (TxStep, tx.go); in cluster
+//     mode a hot key inside MULTI is refused.
 //  7. No oversell: stock leaves a bucket only by a Lua step that never
 //     takes it below zero, or by the debt of point 4. No false sold-out:
 //     "sold out" is concluded only from Redis, by two fresh reads of
@@ -150,4 +156,21 @@
 // dies) between reading a pending layout and its SET NX for as long as
 // it takes another to complete the layout and then lose one of its
 // buckets: it would make that bucket again with its first share.
+//
+// # Journal
+//
+// A layout made for a key whose rule says journal (or hotkeys.detect.journal,
+// for a key made hot without a rule) is marked journaled in its marker,
+// so every proxy that reads it journals it. Each script that changes one
+// of its buckets then appends an entry to that bucket's stream (the
+// bucket's key + ":journal", in its slot) in the same step: an entry
+// exists if and only if its change happened, whether the proxy, the client
+// or the reply survives. The entries' format is in journal.go. Reconcile
+// (PROXY RECONCILE) reads each bucket in one step with its stream's last
+// entry id, then the stream up to it, so it needs no pause in the sale;
+// it replays each stream from its oldest entry kept, whose value after is
+// exact, so a trimmed journal still reconciles what it holds. A journal
+// outlives its layout by a day once a proxy ends the layout (DEL, SET,
+// the flip of a merge), for its consumers; a SET that did not apply
+// deletes the journals it started.
 package rewrite

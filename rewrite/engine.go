@@ -61,6 +61,10 @@ type Engine struct {
 	// conversion once Redis has answered it (SetMoveHook).
 	moveHook atomic.Pointer[func(step string)]
 	log      *slog.Logger
+	// held: which nodes hold which declared deduct scripts, as last
+	// seen; remembers: SetScriptMemory's (script_held.go).
+	held      heldScripts
+	remembers atomic.Pointer[func(sha []byte) bool]
 
 	mu   sync.Mutex
 	keys map[string]*hotKey
@@ -101,6 +105,10 @@ type settings struct {
 	// unruledWait is hotkeys.detect's wait_replicas and wait_timeout, for
 	// the keys hot without a rule.
 	unruledWait config.Detect
+	// promotedJournal is hotkeys.detect.journal: a key made hot without
+	// a rule gets a journaled layout; journalMaxlen hotkeys.journal_maxlen.
+	promotedJournal bool
+	journalMaxlen   int64
 }
 
 // New returns an engine for cfg's hot keys and deduct scripts; it logs to
@@ -120,8 +128,10 @@ func New(up Upstream, cfg *config.Config, log *slog.Logger) *Engine {
 }
 
 // Reload applies cfg's hot-key rules, deduct scripts, soldout_ttl,
-// read_staleness, move_timeout and the detect settings' wait_replicas and
-// wait_timeout; the upstream mode is fixed at New. A key that a rule no
+// read_staleness, move_timeout, the detect settings' wait_replicas and
+// wait_timeout and the journal settings (for the layouts made from then
+// on; journal_maxlen at once); the upstream mode is fixed at New. A key
+// that a rule no
 // longer names keeps its buckets and stays hot while it holds a layout, as
 // a learned key does: dropping a rule never strands stock (PROXY UNSHARD
 // merges it).
@@ -133,6 +143,9 @@ func (e *Engine) Reload(cfg *config.Config) {
 		staleness:   cfg.Hotkeys.ReadStaleness.Duration(),
 		moveTimeout: cfg.Hotkeys.MoveTimeout.Duration(),
 		unruledWait: cfg.Hotkeys.Detect,
+
+		promotedJournal: cfg.Hotkeys.Detect.Journal,
+		journalMaxlen:   cfg.Hotkeys.JournalMaxlen,
 	}
 	for i := range cfg.Scripts {
 		sc := cfg.Scripts[i]

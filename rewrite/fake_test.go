@@ -28,12 +28,39 @@ type fakeUpstream struct {
 	want []exchange
 	next int
 	gen  string // the last layout generation seen in a request
+	// The node's scripts, which SCRIPT EXISTS and SCRIPT LOAD ask of
+	// outside the exchanges: every one, unless flushed; then those
+	// loaded since. asked counts the SCRIPT requests.
+	flushed bool
+	loaded  map[string]bool
+	asked   int
+}
+
+// script answers SCRIPT EXISTS of one SHA1 and SCRIPT LOAD as a node
+// holding the fake's scripts.
+func (f *fakeUpstream) script(args [][]byte) []byte {
+	f.asked++
+	switch sub := strings.ToUpper(string(args[1])); {
+	case sub == "LOAD":
+		if f.loaded == nil {
+			f.loaded = map[string]bool{}
+		}
+		f.loaded[sha(string(args[2]))] = true
+		return []byte(bulk(sha(string(args[2]))))
+	case sub == "EXISTS" && (!f.flushed || f.loaded[string(args[2])]):
+		return []byte(arr(num(1)))
+	}
+	return []byte(arr(num(0)))
 }
 
 func (f *fakeUpstream) Do(reqs []Request) [][]byte {
 	f.t.Helper()
 	out := make([][]byte, len(reqs))
 	for i, r := range reqs {
+		if string(r.Args[0]) == "SCRIPT" {
+			out[i] = f.script(r.Args)
+			continue
+		}
 		got := f.render(r)
 		if r.Follows && (i == 0 || !bytes.Equal(reqs[i-1].Key, r.Key)) {
 			f.t.Fatalf("request %d %q follows no request for %q", f.next+1, got, r.Key)
@@ -83,13 +110,20 @@ func init() {
 	} {
 		scriptName[string(s.sha)] = name
 		scriptName[string(s.body)] = name
+		if j := s.journaled; j != nil {
+			scriptName[string(j.sha)] = name + "/j"
+			scriptName[string(j.body)] = name + "/j"
+		}
 	}
+	scriptName[string(scriptShare.sha)] = "share"
+	scriptName[string(scriptShare.body)] = "share"
 }
 
 // render writes a request as a test states it: arguments joined by
 // spaces, a bucket script's SHA1 or body by its name, bucket i of key k as
 // "k#i" (its records as "k#i:intents"…), a layout as
-// "layout:<tags>[:<fill>|:merge]", MarkerPrefix as "<prefix>",
+// "layout:<tags>[:journal][:<fill>|:merge]", a journaled script as
+// "<name>/j", MarkerPrefix as "<prefix>",
 // appliedKeep in ms as "<keep>".
 // The generation it drops is kept for replies.
 func (f *fakeUpstream) render(r Request) string {

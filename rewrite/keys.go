@@ -22,7 +22,8 @@ func (e *Engine) keyConf(key []byte) *keyConf {
 	st := e.settings.Load()
 	rule, ok := st.registry.Lookup(key)
 	if !ok {
-		rule = config.KeyRule{Match: string(key), Route: config.RouteRandom, WaitReplicas: st.unruledWait.WaitReplicas, WaitTimeout: st.unruledWait.WaitTimeout}
+		rule = config.KeyRule{Match: string(key), Route: config.RouteRandom, Journal: st.promotedJournal,
+			WaitReplicas: st.unruledWait.WaitReplicas, WaitTimeout: st.unruledWait.WaitTimeout}
 	}
 	return &keyConf{rule: rule, configured: ok}
 }

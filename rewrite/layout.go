@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
@@ -39,6 +40,9 @@ type Layout struct {
 	// Merging is set while the layout is being merged back into its key
 	// (PROXY UNSHARD): any proxy that reads it finishes the merge.
 	Merging bool
+	// Journal is set when every change of the buckets is journaled
+	// (journal.go): in the marker, so that every proxy journals it.
+	Journal bool
 
 	// byMaster are the bucket numbers grouped by the master serving
 	// them when this proxy took the layout up, for the start bucket.
@@ -171,7 +175,8 @@ func (l *Layout) Share(total int64, i int) int64 {
 
 // Marker is the value the key holds once the layout is complete:
 // "hotkeyproxy-layout:1:<gen>:<tag> <tag>…" (tags are decimal numbers).
-// While Pending, ":<fill>" follows; while Merging, ":merge".
+// When journaled, ":journal" follows; then while Pending, ":<fill>"
+// (which the convert script appends), while Merging, ":merge".
 func (l *Layout) Marker() []byte {
 	b := append([]byte(MarkerPrefix), l.Gen...)
 	b = append(b, ':')
@@ -180,6 +185,9 @@ func (l *Layout) Marker() []byte {
 			b = append(b, ' ')
 		}
 		b = append(b, t...)
+	}
+	if l.Journal {
+		b = append(b, ":journal"...)
 	}
 	switch {
 	case l.Pending:
@@ -203,6 +211,10 @@ func ParseMarker(key string, v []byte) (*Layout, error) {
 		return nil, errBadMarker
 	}
 	parts := bytes.Split(v[len(MarkerPrefix):], []byte{':'})
+	journal := len(parts) > 2 && string(parts[2]) == "journal"
+	if journal {
+		parts = slices.Delete(parts, 2, 3)
+	}
 	if len(parts) < 2 || len(parts) > 3 || len(parts[0]) == 0 {
 		return nil, errBadMarker
 	}
@@ -214,7 +226,7 @@ func ParseMarker(key string, v []byte) (*Layout, error) {
 	if len(fields) < 1 {
 		return nil, errBadMarker
 	}
-	l := &Layout{Key: key, Gen: strconv.FormatUint(gen, 16), Tags: make([]string, len(fields))}
+	l := &Layout{Key: key, Gen: strconv.FormatUint(gen, 16), Tags: make([]string, len(fields)), Journal: journal}
 	for i, f := range fields {
 		t, err := strconv.ParseUint(string(f), 10, 32)
 		if err != nil {

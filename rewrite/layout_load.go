@@ -84,11 +84,12 @@ func (e *Engine) loadAs(h *hotKey, create, convert bool, n int) (*Layout, state,
 			n = e.buckets(h)
 		}
 		l := Place(h.name, n, masters, owner)
+		l.Journal = h.conf.Load().rule.Journal
 		mk := []byte("0")
 		if create {
 			mk[0] = '1'
 		}
-		code, _, err := e.eval(h, scriptConvert, key, [][]byte{key, l.Bucket(0)}, l.Marker(), []byte(MarkerPrefix), mk, strconv.AppendInt(nil, int64(l.N()), 10))
+		code, _, err := e.run(h, e.bucketCall(l, 0, scriptConvert, nil, [][]byte{key, l.Bucket(0)}, l.Marker(), []byte(MarkerPrefix), mk, strconv.AppendInt(nil, int64(l.N()), 10)))
 		e.step("convert")
 		switch {
 		case err != nil:
@@ -120,16 +121,15 @@ func (e *Engine) complete(h *hotKey, l *Layout) error {
 	case ttl == -2:
 		return errGone
 	}
-	var reqs []Request
+	var calls []scriptCall
 	for i := 1; i < l.N(); i++ {
-		b := l.Bucket(i)
-		args := [][]byte{[]byte("SET"), b, strconv.AppendInt(nil, l.Share(l.Fill, i), 10), []byte("NX")}
+		opts := [][]byte{[]byte("NX")}
 		if ttl > 0 {
-			args = append(args, []byte("PX"), strconv.AppendInt(nil, ttl, 10))
+			opts = append(opts, []byte("PX"), strconv.AppendInt(nil, ttl, 10))
 		}
-		reqs = append(reqs, Request{Key: b, Args: args})
+		calls = append(calls, e.shareCall(l, i, l.Share(l.Fill, i), opts...))
 	}
-	made := e.send(h, reqs)
+	made := e.evalAll(h, calls)
 	e.step("spread")
 	for _, r := range made {
 		if err := replyErr(r); err != nil {
@@ -152,10 +152,11 @@ func (e *Engine) complete(h *hotKey, l *Layout) error {
 			var del []Request
 			for i, r := range made {
 				if string(r) == "+OK\r\n" {
-					del = append(del, Request{Key: reqs[i].Key, Args: [][]byte{[]byte("DEL"), reqs[i].Key}})
+					b := l.Bucket(i + 1)
+					del = append(del, Request{Key: b, Args: [][]byte{[]byte("DEL"), b}})
 				}
 			}
-			e.send(h, del)
+			e.send(h, l.retireJournals(del))
 			return errGone
 		}
 	}

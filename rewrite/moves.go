@@ -34,8 +34,8 @@ type move struct {
 func (e *Engine) startMove(h *hotKey, l *Layout, from, to int, want int64) (m move, err error) {
 	m = move{id: e.moveID(), from: from, to: to}
 	b := l.Bucket(from)
-	t, left, err := e.eval(h, scriptTake, b, [][]byte{b, l.IntentsKey(from)},
-		strconv.AppendInt(nil, want, 10), []byte(m.id), strconv.AppendInt(nil, int64(to), 10), keepMs)
+	t, left, err := e.run(h, e.bucketCall(l, from, scriptTake, nil, [][]byte{b, l.IntentsKey(from)},
+		strconv.AppendInt(nil, want, 10), []byte(m.id), strconv.AppendInt(nil, int64(to), 10), keepMs))
 	e.step("take")
 	switch {
 	case err != nil:
@@ -62,7 +62,7 @@ func (e *Engine) settle(h *hotKey, l *Layout, ms []move) (settled int, err error
 	calls := make([]scriptCall, len(ms))
 	for i, m := range ms {
 		b := l.Bucket(m.to)
-		calls[i] = newScriptCall(scriptApply, b, [][]byte{b, l.AppliedKey(m.to)},
+		calls[i] = e.bucketCall(l, m.to, scriptApply, nil, [][]byte{b, l.AppliedKey(m.to)},
 			[]byte(m.id), strconv.AppendInt(nil, m.amount, 10), keepMs)
 	}
 	applied := e.evalAll(h, calls)
@@ -81,7 +81,7 @@ func (e *Engine) settle(h *hotKey, l *Layout, ms []move) (settled int, err error
 			continue
 		case a == -2:
 			b := l.Bucket(m.from)
-			ends = append(ends, newScriptCall(scriptUndo, b, [][]byte{b, l.IntentsKey(m.from)}, []byte(m.id)))
+			ends = append(ends, e.bucketCall(l, m.from, scriptUndo, nil, [][]byte{b, l.IntentsKey(m.from)}, []byte(m.id)))
 			if !slices.Contains(gone, m.to) {
 				gone = append(gone, m.to)
 			}

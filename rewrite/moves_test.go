@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
 // intent is a record of k's intents: a move to bucket to of amount units,
@@ -148,7 +149,7 @@ func TestLostBucket(t *testing.T) {
 		t.Errorf("buckets_lost %d, lost_units %d; want 1 and 5", s.BucketsLost, s.LostUnits)
 	}
 	f.want = join(f.want, []exchange{{"GET k", bulk(marker)}}, readsLost, readsLost)
-	r := string(e.Report())
+	r := string(e.Report(resp.RESP2))
 	for _, want := range []string{"*34\r\n", "$12\r\nlost_buckets\r\n*1\r\n$1\r\n2\r\n", "$10\r\nlost_units\r\n*1\r\n$1\r\n5\r\n"} {
 		if !strings.Contains(r, want) {
 			t.Errorf("PROXY HOTKEYS %q lacks %q", r, want)

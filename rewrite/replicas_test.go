@@ -15,7 +15,13 @@ func unackedR(t *testing.T, b int, acked string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return errR("ERR hotkeyproxy: 'k' was changed in " + string(l.Bucket(b)) + " on fake:6379, but only " + acked +
+	return unackedAt(l.Bucket(b), acked)
+}
+
+// unackedAt is the error reply to a change of the bucket key bucket of
+// the tests' key that acked of the 1 replica waited for acknowledged.
+func unackedAt(bucket []byte, acked string) string {
+	return errR("ERR hotkeyproxy: 'k' was changed in " + string(bucket) + " on fake:6379, but only " + acked +
 		" of 1 replicas acknowledged it within 100ms; the change was applied and may be lost on failover")
 }
 

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/hashslot"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 	"github.com/tidwall/redcon"
 )
 
@@ -19,12 +20,13 @@ import (
 //	upstream_calls, <n>
 //
 // (the counters since this proxy started; see KeyStats)
-// so that redis-cli shows it as a list of fields; a key that does not
+// so that redis-cli shows it as a list of fields (a map each in RESP3,
+// as p asks); a key that does not
 // exist now has buckets 0. A layout with buckets found lost has two more
 // fields: lost_buckets, [<bucket>…], lost_units, [<units>…], the units
 // each held when last seen (by the proxy that found it lost first, as
 // recorded in Redis); its values then show 0 for them.
-func (e *Engine) Report() []byte {
+func (e *Engine) Report(p resp.Proto) []byte {
 	e.mu.Lock()
 	names := make([]string, 0, len(e.keys))
 	for k := range e.keys {
@@ -68,9 +70,9 @@ func (e *Engine) Report() []byte {
 			slices.Sort(lost)
 		}
 		if len(lost) > 0 {
-			out = redcon.AppendArray(out, 34)
+			out = p.AppendMap(out, 17)
 		} else {
-			out = redcon.AppendArray(out, 30)
+			out = p.AppendMap(out, 15)
 		}
 		out = field(out, "key", []byte(k))
 		out = field(out, "buckets", strconv.AppendInt(nil, int64(n), 10))

@@ -14,11 +14,24 @@ import (
 type bucketScript struct {
 	body []byte
 	sha  []byte
+	// journaled is the same script for a journaled layout: its jot
+	// appends to the bucket's journal (see journal.go); nil for a script
+	// that changes no bucket.
+	journaled *bucketScript
 }
 
 func newBucketScript(body string) *bucketScript {
 	sum := sha1.Sum([]byte(body))
 	return &bucketScript{body: []byte(body), sha: []byte(hex.EncodeToString(sum[:]))}
+}
+
+// newChangeScript is a script that changes a bucket and says so by calling
+// jot(op, amount, after[, move]): a no-op in its plain form, an entry in
+// the bucket's journal in its journaled one, in the same step.
+func newChangeScript(body string) *bucketScript {
+	s := newBucketScript(luaNoJot + body)
+	s.journaled = newBucketScript(luaJot + body)
+	return s
 }
 
 // Each returns {a, b}: two integers; a is -2 when the bucket does not
@@ -27,16 +40,23 @@ func newBucketScript(body string) *bucketScript {
 var (
 	// deduct takes ARGV[1] from a bucket that holds that much: {1, left}
 	// or {0, what it holds}.
-	scriptDeduct = newBucketScript(`local v = redis.call('get', KEYS[1])
+	scriptDeduct = newChangeScript(`local v = redis.call('get', KEYS[1])
 if not v then return {-2, 0} end
 v = tonumber(v)
 local n = tonumber(ARGV[1])
-if v >= n then return {1, redis.call('decrby', KEYS[1], n)} end
+if v >= n then
+  v = redis.call('decrby', KEYS[1], n)
+  jot('deduct', n, v)
+  return {1, v}
+end
 return {0, v}`)
 
 	// add adds ARGV[1], which may be negative, to a bucket: {1, now}.
-	scriptAdd = newBucketScript(`if redis.call('exists', KEYS[1]) == 0 then return {-2, 0} end
-return {1, redis.call('incrby', KEYS[1], ARGV[1])}`)
+	scriptAdd = newChangeScript(`if redis.call('exists', KEYS[1]) == 0 then return {-2, 0} end
+local d = tonumber(ARGV[1])
+local v = redis.call('incrby', KEYS[1], d)
+if d < 0 then jot('deduct', -d, v) elseif d > 0 then jot('give_back', d, v) end
+return {1, v}`)
 
 	// convert starts turning a key into a hot key, in one step on the
 	// key's slot: the key gets the layout (ARGV[1]) marked pending with
@@ -50,7 +70,7 @@ return {1, redis.call('incrby', KEYS[1], ARGV[1])}`)
 	// holds a layout, {-1, 0} when it holds something that is not an
 	// integer as Redis writes them ("007" is not), or one of 2^53 or more in absolute value
 	// (MaxValue: Lua numbers are doubles).
-	scriptConvert = newBucketScript(`local v = redis.call('get', KEYS[1])
+	scriptConvert = newChangeScript(`local v = redis.call('get', KEYS[1])
 if v and string.sub(v, 1, #ARGV[2]) == ARGV[2] then return {2, 0} end
 if not v then
   if ARGV[3] ~= '1' then return {0, 0} end
@@ -72,6 +92,7 @@ if ttl > 0 then
   redis.call('pexpire', KEYS[1], ttl)
   redis.call('pexpire', KEYS[2], ttl)
 end
+jot('set', tonumber(b0), tonumber(b0))
 return {1, 0}`)
 
 	// swap replaces the marker ARGV[1] by ARGV[2], TTL kept: a pending
@@ -107,13 +128,14 @@ var (
 	// id ARGV[2] -> "<to> <amount> <created ms>", to ARGV[3], the TTL
 	// ARGV[4] ms past the bucket's. {taken, left}; nothing is recorded
 	// when nothing is taken.
-	scriptTake = newBucketScript(luaMoveLib + `local v = redis.call('get', KEYS[1])
+	scriptTake = newChangeScript(luaMoveLib + `local v = redis.call('get', KEYS[1])
 if not v then return {-2, 0} end
 v = tonumber(v)
 local t = math.min(math.max(v, 0), tonumber(ARGV[1]))
 if t > 0 then
   v = redis.call('decrby', KEYS[1], t)
   intend(KEYS[2], ARGV[2], ARGV[3], t, redis.call('pttl', KEYS[1]), tonumber(ARGV[4]))
+  jot('move_out', t, v, ARGV[2])
 end
 return {t, v}`)
 
@@ -122,12 +144,15 @@ return {t, v}`)
 	// bucket ARGV[2], the TTL ARGV[3] ms past the bucket's. {value, 1},
 	// nothing recorded when it held 0; {0, 0} when it does not exist
 	// (drained already).
-	scriptDrain = newBucketScript(luaMoveLib + `local v = redis.call('get', KEYS[1])
+	scriptDrain = newChangeScript(luaMoveLib + `local v = redis.call('get', KEYS[1])
 if not v then return {0, 0} end
 local ttl = redis.call('pttl', KEYS[1])
 redis.call('del', KEYS[1])
 v = tonumber(v)
-if v ~= 0 then intend(KEYS[2], ARGV[1], ARGV[2], v, ttl, tonumber(ARGV[3])) end
+if v ~= 0 then
+  intend(KEYS[2], ARGV[1], ARGV[2], v, ttl, tonumber(ARGV[3]))
+  jot('move_out', v, 0, ARGV[1])
+end
 return {v, 1}`)
 
 	// apply is a move's second step, on its target bucket (KEYS[1]): it
@@ -136,10 +161,11 @@ return {v, 1}`)
 	// unless it is marked already: so applying a move twice is applying
 	// it once. {1, now} applied, {2, now} applied before, {-2, 0} when the
 	// bucket does not exist (the move is to be undone).
-	scriptApply = newBucketScript(luaMoveLib + `if redis.call('zscore', KEYS[2], ARGV[1]) then return {2, tonumber(redis.call('get', KEYS[1]) or '0')} end
+	scriptApply = newChangeScript(luaMoveLib + `if redis.call('zscore', KEYS[2], ARGV[1]) then return {2, tonumber(redis.call('get', KEYS[1]) or '0')} end
 if redis.call('exists', KEYS[1]) == 0 then return {-2, 0} end
 local v = redis.call('incrby', KEYS[1], ARGV[2])
 redis.call('zadd', KEYS[2], nowms(), ARGV[1])
+jot('move_in', tonumber(ARGV[2]), v, ARGV[1])
 keep(KEYS[2], redis.call('pttl', KEYS[1]), tonumber(ARGV[3]))
 return {1, v}`)
 
@@ -149,11 +175,14 @@ return {1, v}`)
 	// once. {1, now}; {0, 0} when the intent is gone (finished already);
 	// {-2, 0} when the source is gone too: the stock went with the
 	// layout.
-	scriptUndo = newBucketScript(`local m = redis.call('hget', KEYS[2], ARGV[1])
+	scriptUndo = newChangeScript(`local m = redis.call('hget', KEYS[2], ARGV[1])
 if not m then return {0, 0} end
 redis.call('hdel', KEYS[2], ARGV[1])
 if redis.call('exists', KEYS[1]) == 0 then return {-2, 0} end
-return {1, redis.call('incrby', KEYS[1], string.match(m, '^%S+ (%S+)'))}`)
+local t = tonumber(string.match(m, '^%S+ (%S+)'))
+local v = redis.call('incrby', KEYS[1], t)
+jot('move_back', t, v, ARGV[1])
+return {1, v}`)
 
 	// moves lists what a bucket (KEYS[3]) has of moves, for recovery:
 	// {now ms, exists 0|1, [id, "<to> <amount> <created ms>"…] of its
@@ -178,10 +207,11 @@ return {1, 0}`)
 	// and bucket 0 goes with its applied marks (KEYS[3]) and the lost
 	// record (KEYS[4]). {1, 0}, or {0, 0} when the key holds something
 	// else by now (another proxy flipped it).
-	scriptFlip = newBucketScript(`if redis.call('get', KEYS[1]) ~= ARGV[1] then return {0, 0} end
+	scriptFlip = newChangeScript(`if redis.call('get', KEYS[1]) ~= ARGV[1] then return {0, 0} end
 local v = redis.call('get', KEYS[2]) or '0'
 redis.call('set', KEYS[1], v, 'KEEPTTL')
 redis.call('del', KEYS[2], KEYS[3], KEYS[4])
+jot('merged', tonumber(v), 0)
 return {1, 0}`)
 
 	// lose records that bucket ARGV[2] of the layout ARGV[1] is lost (its
@@ -209,11 +239,16 @@ return {2, tonumber(string.match(redis.call('hget', KEYS[2], ARGV[2]), '^(%S+)')
 // unackedError with {a, b} set: the script ran, and its change is short of
 // the replicas the rule waits for.
 func (e *Engine) eval(h *hotKey, s *bucketScript, route []byte, keys [][]byte, argv ...[]byte) (a, b int64, err error) {
-	args := scriptArgs(s, keys, argv)
-	r, unacked := e.sendChange(h, Request{Key: route, Args: args})
+	return e.run(h, newScriptCall(s, route, keys, argv...))
+}
+
+// run is eval of one call.
+func (e *Engine) run(h *hotKey, c scriptCall) (a, b int64, err error) {
+	args := c.args
+	r, unacked := e.sendChange(h, Request{Key: c.route, Args: args})
 	if noScript(r) {
-		args[0], args[1] = []byte("EVAL"), s.body
-		r, unacked = e.sendChange(h, Request{Key: route, Args: args})
+		args[0], args[1] = []byte("EVAL"), c.s.body
+		r, unacked = e.sendChange(h, Request{Key: c.route, Args: args})
 	}
 	a, b, ok := pair(r)
 	if !ok {
@@ -289,7 +324,7 @@ func noScript(r []byte) bool {
 // costs no allocation for them.
 var (
 	evalsha = []byte("EVALSHA")
-	numKeys = [][]byte{[]byte("0"), []byte("1"), []byte("2"), []byte("3"), []byte("4")}
+	numKeys = [][]byte{[]byte("0"), []byte("1"), []byte("2"), []byte("3"), []byte("4"), []byte("5")}
 )
 
 // pair reads a script's {a, b} reply.
@@ -304,13 +339,14 @@ func pair(r []byte) (a, b int64, ok bool) {
 	return a, b, ok1 && ok2
 }
 
-// bucketOp runs a bucket script on bucket b of l with one argument, arg,
-// and reads its {a, b} reply; a missing bucket is what lose makes of it:
-// errGone (h forgotten), or a lostError when the bucket alone is lost.
-// With an unackedError, x and y are the reply of the script that ran.
-func (e *Engine) bucketOp(h *hotKey, l *Layout, b int, s *bucketScript, arg int64) (x, y int64, err error) {
+// bucketOp runs a bucket script on bucket b of l with one argument, arg
+// (journaled with order, when l is), and reads its {a, b} reply; a
+// missing bucket is what lose makes of it: errGone (h forgotten), or a
+// lostError when the bucket alone is lost. With an unackedError, x and y
+// are the reply of the script that ran.
+func (e *Engine) bucketOp(h *hotKey, l *Layout, b int, s *bucketScript, arg int64, order []byte) (x, y int64, err error) {
 	key := l.Bucket(b)
-	x, y, err = e.eval(h, s, key, [][]byte{key}, strconv.AppendInt(nil, arg, 10))
+	x, y, err = e.run(h, e.bucketCall(l, b, s, order, [][]byte{key}, strconv.AppendInt(nil, arg, 10)))
 	switch {
 	case err != nil && !isUnacked(err):
 		return 0, 0, err

@@ -144,7 +144,7 @@ func (e *Engine) merge(h *hotKey, l *Layout) error {
 	for b := 1; b < l.N(); b++ {
 		ms = append(ms, move{id: e.moveID(), from: b, to: 0})
 		bk := l.Bucket(b)
-		calls = append(calls, newScriptCall(scriptDrain, bk, [][]byte{bk, l.IntentsKey(b)}, []byte(ms[b-1].id), []byte("0"), keepMs))
+		calls = append(calls, e.bucketCall(l, b, scriptDrain, nil, [][]byte{bk, l.IntentsKey(b)}, []byte(ms[b-1].id), []byte("0"), keepMs))
 	}
 	replies := e.evalAll(h, calls)
 	e.step("drain")
@@ -168,13 +168,14 @@ func (e *Engine) merge(h *hotKey, l *Layout) error {
 	if _, err := e.finishMoves(h, l, 0); err != nil {
 		return err
 	}
-	code, _, err = e.eval(h, scriptFlip, key, [][]byte{key, l.Bucket(0), l.AppliedKey(0), l.LostKey()}, l.Marker())
+	code, _, err = e.run(h, e.bucketCall(l, 0, scriptFlip, nil, [][]byte{key, l.Bucket(0), l.AppliedKey(0), l.LostKey()}, l.Marker()))
 	e.step("flip")
 	switch {
 	case err != nil:
 		return err
 	case code == 1:
 		h.forget()
+		e.send(h, l.retireJournals(nil))
 		e.publish(h, '-')
 	}
 	return nil

@@ -77,8 +77,9 @@ func (e *Engine) soldOutSeen(h *hotKey, amount int64) bool {
 // no unit in transit between two buckets goes unseen. ok is false when
 // sold out. The error is errGone when a bucket is missing, a lostError
 // when the deduct met a bucket found lost, or a bucket's node failure
-// when the stock of the others does not cover the amount.
-func (e *Engine) deduct(h *hotKey, l *Layout, amount int64, client uint64) (ok bool, err error) {
+// when the stock of the others does not cover the amount. order is the
+// caller's order id, for the journal (nil: none).
+func (e *Engine) deduct(h *hotKey, l *Layout, amount int64, client uint64, order []byte) (ok bool, err error) {
 	if e.soldOut(h, amount) {
 		return false, nil
 	}
@@ -93,7 +94,7 @@ func (e *Engine) deduct(h *hotKey, l *Layout, amount int64, client uint64) (ok b
 			if h.last[b].Load() < amount {
 				continue
 			}
-			ok, err := e.tryDeduct(h, l, b, amount)
+			ok, err := e.tryDeduct(h, l, b, amount, order)
 			switch {
 			case ok || errors.Is(err, errGone) || isLost(err):
 				return ok, err
@@ -143,7 +144,7 @@ func (e *Engine) deduct(h *hotKey, l *Layout, amount int64, client uint64) (ok b
 		if err := e.consolidate(h, l, amount); err != nil {
 			return false, err
 		}
-		if ok, err := e.tryDeduct(h, l, 0, amount); ok || err != nil {
+		if ok, err := e.tryDeduct(h, l, 0, amount, order); ok || err != nil {
 			return ok, err
 		}
 	}
@@ -154,9 +155,10 @@ func (e *Engine) deduct(h *hotKey, l *Layout, amount int64, client uint64) (ok b
 
 // tryDeduct runs the deduct script on bucket b: ok when b covered amount,
 // with an unackedError when b's replicas did not acknowledge the take.
-func (e *Engine) tryDeduct(h *hotKey, l *Layout, b int, amount int64) (ok bool, err error) {
+// order is the caller's order id, for the journal (nil: none).
+func (e *Engine) tryDeduct(h *hotKey, l *Layout, b int, amount int64, order []byte) (ok bool, err error) {
 	h.count.ringHops.Add(1)
-	got, v, err := e.bucketOp(h, l, b, scriptDeduct, amount)
+	got, v, err := e.bucketOp(h, l, b, scriptDeduct, amount, order)
 	if err != nil && !isUnacked(err) {
 		return false, err
 	}
@@ -200,7 +202,7 @@ func (e *Engine) consolidate(h *hotKey, l *Layout, want int64) error {
 // plain key's would (contract 4). covered is false when there was a
 // shortfall.
 func (e *Engine) decrBy(h *hotKey, l *Layout, amount int64, client uint64) (covered bool, err error) {
-	if ok, err := e.deduct(h, l, amount, client); ok || err != nil {
+	if ok, err := e.deduct(h, l, amount, client, nil); ok || err != nil {
 		return ok, err
 	}
 	h.slow.Lock()
@@ -217,7 +219,7 @@ func (e *Engine) decrBy(h *hotKey, l *Layout, amount int64, client uint64) (cove
 			return false, err
 		}
 	}
-	_, v, err := e.bucketOp(h, l, 0, scriptAdd, -amount)
+	_, v, err := e.bucketOp(h, l, 0, scriptAdd, -amount, nil)
 	if err != nil && !isUnacked(err) {
 		return false, err
 	}
@@ -230,7 +232,7 @@ func (e *Engine) decrBy(h *hotKey, l *Layout, amount int64, client uint64) (cove
 // elsewhere while the sum is below zero could be sold although a plain
 // key would have none. One call; INCRs do not spread over the buckets.
 func (e *Engine) incrBy(h *hotKey, l *Layout, amount int64) error {
-	_, v, err := e.bucketOp(h, l, 0, scriptAdd, amount)
+	_, v, err := e.bucketOp(h, l, 0, scriptAdd, amount, nil)
 	if err != nil && !isUnacked(err) {
 		return err
 	}

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """A redis-py session through hotkeyproxy, run by e2e/clients_test.go.
 
-Usage: redis_py_session.py PORT [cluster]
+Usage: redis_py_session.py PORT [cluster] [acl]
 
 Uses redis.Redis (RESP2) as an application would: PING, strings, binary
 values, pipelines with and without MULTI/EXEC, WATCH, register_script with
@@ -12,13 +12,18 @@ Prints each step, then OK; any mismatch raises and exits non-zero.
 With "cluster" the proxy's upstream is a Redis Cluster: SELECT n gets
 Redis Cluster's error instead, and keys in many slots and transactions on
 one hash tag or across slots are tried too.
+
+With "acl" Redis checks the proxy's logins (upstream.client_auth: redis):
+the session creates a limited ACL user and logs in as it with the
+username option, then checks Redis's NOPERM and WRONGPASS errors.
 """
 
 import sys
 import time
 
 import redis
-from redis.exceptions import NoScriptError, ResponseError, WatchError
+from redis.exceptions import (AuthenticationError, NoPermissionError, NoScriptError,
+                              ResponseError, WatchError)
 
 
 def expect(got, want, what):
@@ -31,10 +36,11 @@ def step(name):
 
 
 def main():
-    if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], ["cluster"]):
-        sys.exit("usage: redis_py_session.py PORT [cluster]")
+    opts = sys.argv[2:]
+    if len(sys.argv) < 2 or len(set(opts)) != len(opts) or not set(opts) <= {"cluster", "acl"}:
+        sys.exit("usage: redis_py_session.py PORT [cluster] [acl]")
     port = int(sys.argv[1])
-    cluster = sys.argv[2:] == ["cluster"]
+    cluster, acl = "cluster" in opts, "acl" in opts
     print("redis-py", redis.__version__, flush=True)
 
     def client(**kw):
@@ -296,9 +302,41 @@ def main():
     expect(pr.get("py:pool"), b"200", "INCR through a pool")
     pool.disconnect()
 
+    if acl:
+        acl_user(r, client)
+
     for c in (r, r5, other, sub, named):
         c.close()
     print("OK", flush=True)
+
+
+def acl_user(admin, client):
+    """Logs in as a limited ACL user that admin creates."""
+    step("acl user")
+    expect(admin.acl_setuser("py-limited", enabled=True, passwords=["+py-pw"],
+                             keys=["py:acl:*"], commands=["+get", "+set", "+@connection", "+acl|whoami"]),
+           True, "ACL SETUSER")
+    limited = client(username="py-limited", password="py-pw")
+    expect(limited.acl_whoami(), "py-limited", "ACL WHOAMI")
+    expect(limited.set("py:acl:k", "v"), True, "SET of an allowed key")
+    expect(limited.get("py:acl:k"), b"v", "GET of an allowed key")
+    for what, call, want in (
+            ("DEL", lambda: limited.delete("py:acl:k"), "this user has no permissions to run the 'del' command"),
+            ("SET of another key", lambda: limited.set("py:other", "v"), "no permissions to access one of the keys"),
+    ):
+        try:
+            call()
+            raise AssertionError("%s as a limited user did not raise" % what)
+        except NoPermissionError as e:
+            if want not in str(e):
+                raise AssertionError("%s: got %r, want %r" % (what, str(e), want))
+    try:
+        client(username="py-limited", password="wrong").ping()
+        raise AssertionError("a wrong password did not raise")
+    except (AuthenticationError, ResponseError) as e:  # redis-py 4.3 raises the latter for WRONGPASS
+        if not str(e).startswith("WRONGPASS invalid username-password pair"):
+            raise AssertionError("wrong password: got %r" % str(e))
+    limited.close()
 
 
 if __name__ == "__main__":

@@ -41,7 +41,8 @@ deduct that succeeds after any client was told sold out). Unless --no-setup,
 the key is first SET to --stock: point it at a key that sells nothing real.
 The sale ends when every client has been told sold out, after --duration,
 or after --requests deducts. Exits 1 if the sale oversold, answered a false
-sold-out or left stock after every client was told sold out.
+sold-out or left stock after every client was told sold out, or, with
+--journal, if the journal's deducts differ from the units sold.
 The password may also come from $REDISCLI_AUTH, as for redis-cli.
 
 flags:
@@ -63,6 +64,8 @@ flags:
 	fs.Int64Var(&opts.Requests, "requests", 0, "most deducts to send in all; 0: no limit")
 	fs.StringVar(&opts.Password, "password", "", "AUTH password (default $REDISCLI_AUTH)")
 	fs.BoolVar(&opts.NoSetup, "no-setup", false, "do not SET the key to --stock first")
+	fs.BoolVar(&opts.Journal, "journal", false, "check at the end that the key's journal (a hotkeyproxy hot key with journal: true) deducts exactly the units sold")
+	fs.BoolVar(&opts.OrderIDs, "order-ids", false, "pass an order id with every deduct, as the script's last ARGV (declare it as order_id in proxy.yaml); with --journal, check entry for entry")
 	fs.BoolVar(&js, "json", false, "print the result as JSON")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

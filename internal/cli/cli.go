@@ -1,11 +1,13 @@
 // Package cli is the hotkeyproxy command line: serving (flags, config file,
-// live reload, graceful stop), and the demo, bench, healthcheck subcommands.
+// live reload, graceful stop), and the demo, bench, healthcheck and
+// reconcile subcommands.
 //
 //	hotkeyproxy [--config proxy.yaml] [--listen addr] [--upstream a,b] [--upstream-mode m] [--metrics-listen addr]
 //	hotkeyproxy --check-config proxy.yaml
 //	hotkeyproxy demo
 //	hotkeyproxy bench seckill [flags]
 //	hotkeyproxy healthcheck [--config proxy.yaml] [--addr host:port]
+//	hotkeyproxy reconcile --addr host:port --key KEY
 package cli
 
 import (
@@ -37,6 +39,9 @@ func Main(args []string, shippedConfig []byte, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "healthcheck" {
 		return runHealthcheck(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "reconcile" {
+		return runReconcile(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("hotkeyproxy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -46,6 +51,7 @@ func Main(args []string, shippedConfig []byte, stdout, stderr io.Writer) int {
   hotkeyproxy demo [--listen addr]       a proxy in front of a Redis it starts itself
   hotkeyproxy bench seckill [flags]      a flash sale against any address (--help)
   hotkeyproxy healthcheck [flags]        exit 0 if a running proxy is ready (--help)
+  hotkeyproxy reconcile --addr A --key K  check a journaled hot key's journal against its buckets (--help)
 flags:
 `)
 		fs.PrintDefaults()

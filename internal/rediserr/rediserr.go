@@ -24,6 +24,7 @@ const (
 	DBRange      = "ERR DB index is out of range"
 	WatchInMulti = "ERR WATCH inside MULTI is not allowed"
 	ExecAbort    = "EXECABORT Transaction discarded because of previous errors."
+	NoScript     = "NOSCRIPT No matching script. Please use EVAL."
 
 	// Redis Cluster's, and what a standalone server says to cluster
 	// commands.

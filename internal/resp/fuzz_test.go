@@ -155,6 +155,16 @@ func FuzzReadReply(f *testing.F) {
 		"*-2\r\n",
 		"$01\r\nx\r\n",
 		"*1\r\n*1\r\n*1\r\n$x\r\n",
+		"_\r\n",
+		",1.5\r\n",
+		"#t\r\n",
+		"(12345678901234567890\r\n",
+		"=7\r\ntxt:abc\r\n",
+		"!5\r\nERR x\r\n",
+		"%2\r\n+a\r\n:1\r\n+b\r\n~1\r\n_\r\n",
+		">3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$1\r\nm\r\n",
+		"|1\r\n+a\r\n+b\r\n*1\r\n:1\r\n",
+		"%-1\r\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -169,6 +179,9 @@ func FuzzReadReply(f *testing.F) {
 		}
 		if err == nil && !bytes.Equal(got, got2) {
 			t.Fatalf("bufio 16 reads %q, bufio 4096 %q", got, got2)
+		}
+		if err == nil && resp.FrameLen(got) != len(got) {
+			t.Fatalf("FrameLen(%q) = %d, ReadReply framed %d", got, resp.FrameLen(got), len(got))
 		}
 	})
 }

@@ -14,12 +14,15 @@ import (
 // is a corrupt stream, not data.
 const maxReplyLen = 1 << 32
 
-// ErrBadReply is a reply that is not well-formed RESP2; the connection it
-// came from can no longer be trusted.
+// ErrBadReply is a reply that is not well-formed RESP2 or RESP3; the
+// connection it came from can no longer be trusted.
 var ErrBadReply = errors.New("resp: malformed reply from server")
 
-// ReadReply appends one complete RESP2 reply from r to dst, nested arrays
-// included, byte for byte as the server sent it.
+// ReadReply appends one complete reply from r to dst, nested aggregates
+// included, byte for byte as the server sent it: RESP2's types and
+// RESP3's (map, set, double, boolean, big number, verbatim string, blob
+// error, null, push). An attribute is framed together with the reply it
+// precedes, as one.
 func ReadReply(r *bufio.Reader, dst []byte) ([]byte, error) {
 	for pending := 1; pending > 0; pending-- {
 		start := len(dst)
@@ -30,20 +33,41 @@ func ReadReply(r *bufio.Reader, dst []byte) ([]byte, error) {
 		line := dst[start : len(dst)-2]
 		switch line[0] {
 		case '+', '-', ':':
-		case '$':
-			n, ok := ParseInt(line[1:])
-			if !ok || n < -1 || n > maxReplyLen {
-				return dst, fmt.Errorf("%w: bulk length %q", ErrBadReply, line[1:])
+		case ',', '(': // double, big number: a number on the line
+			if len(line) == 1 {
+				return dst, fmt.Errorf("%w: empty %q", ErrBadReply, line[0])
+			}
+		case '#': // boolean
+			if len(line) != 2 || line[1] != 't' && line[1] != 'f' {
+				return dst, fmt.Errorf("%w: boolean %q", ErrBadReply, line[1:])
+			}
+		case '_': // null
+			if len(line) != 1 {
+				return dst, fmt.Errorf("%w: null %q", ErrBadReply, line)
+			}
+		case '$', '=', '!': // bulk string, verbatim string, blob error
+			n, err := replyLen(line, line[0] == '$')
+			if err != nil {
+				return dst, err
 			}
 			if n >= 0 {
 				if dst, err = readFull(r, dst, int(n)+2); err != nil {
 					return dst, err
 				}
+				if dst[len(dst)-2] != '\r' || dst[len(dst)-1] != '\n' {
+					return dst, fmt.Errorf("%w: %q payload not ended by CRLF", ErrBadReply, line[0])
+				}
 			}
-		case '*':
-			n, ok := ParseInt(line[1:])
-			if !ok || n < -1 || n > maxReplyLen {
-				return dst, fmt.Errorf("%w: array length %q", ErrBadReply, line[1:])
+		case '*', '~', '>', '%', '|': // array, set, push; map, attribute: pairs
+			n, err := replyLen(line, line[0] == '*')
+			if err != nil {
+				return dst, err
+			}
+			switch line[0] {
+			case '%':
+				n *= 2
+			case '|':
+				n = 2*n + 1 // and the reply it is about
 			}
 			if n > 0 {
 				pending += int(n)
@@ -53,6 +77,16 @@ func ReadReply(r *bufio.Reader, dst []byte) ([]byte, error) {
 		}
 	}
 	return dst, nil
+}
+
+// replyLen is the length in the header line of a blob or an aggregate;
+// -1 (RESP2's nil) only where nilOK.
+func replyLen(line []byte, nilOK bool) (int64, error) {
+	n, ok := ParseInt(line[1:])
+	if !ok || n < -1 || n == -1 && !nilOK || n > maxReplyLen {
+		return 0, fmt.Errorf("%w: length %q after %q", ErrBadReply, line[1:], line[0])
+	}
+	return n, nil
 }
 
 // readLine appends one CRLF-terminated line, CRLF included.

@@ -58,7 +58,29 @@ func headerInt(b []byte, off int) (n int64, next int, ok bool) {
 // ArrayElems appends the raw elements of an array reply to dst; ok is false
 // for any other reply, the nil array included.
 func ArrayElems(reply []byte, dst [][]byte) (elems [][]byte, ok bool) {
-	if len(reply) == 0 || reply[0] != '*' {
+	return aggregateElems(reply, '*', 1, dst)
+}
+
+// MapElems appends the raw keys and values of a RESP3 map reply to dst,
+// key, value, key, value…; ok is false for any other reply.
+func MapElems(reply []byte, dst [][]byte) (elems [][]byte, ok bool) {
+	return aggregateElems(reply, '%', 2, dst)
+}
+
+// PushKind is the first element of a push reply, which names its kind
+// (subscribe, message, invalidate…); ok is false for other replies.
+func PushKind(reply []byte) (kind []byte, ok bool) {
+	var first [1][]byte
+	elems, ok := aggregateElems(reply, '>', 1, first[:0])
+	if !ok || len(elems) == 0 {
+		return nil, false
+	}
+	return BulkValue(elems[0])
+}
+
+// aggregateElems appends the per*n elements of an aggregate of type typ.
+func aggregateElems(reply []byte, typ byte, per int64, dst [][]byte) ([][]byte, bool) {
+	if len(reply) == 0 || reply[0] != typ {
 		return dst, false
 	}
 	eol := bytes.IndexByte(reply, '\n')
@@ -67,7 +89,7 @@ func ArrayElems(reply []byte, dst [][]byte) (elems [][]byte, ok bool) {
 		return dst, false
 	}
 	rest := reply[eol+1:]
-	for ; n > 0; n-- {
+	for n *= per; n > 0; n-- {
 		l := FrameLen(rest)
 		dst = append(dst, rest[:l])
 		rest = rest[l:]
@@ -91,6 +113,19 @@ func BulkValue(reply []byte) ([]byte, bool) {
 	}
 	eol := bytes.IndexByte(reply, '\n')
 	return reply[eol+1 : len(reply)-2], true
+}
+
+// TextValue is the text of a bulk string or, without its format, of a
+// verbatim string (INFO's reply in RESP3); ok is false for other replies.
+func TextValue(reply []byte) ([]byte, bool) {
+	if len(reply) > 0 && reply[0] == '=' {
+		eol := bytes.IndexByte(reply, '\n')
+		if text := reply[eol+1 : len(reply)-2]; len(text) >= 4 {
+			return text[4:], true // after "txt:"
+		}
+		return nil, false
+	}
+	return BulkValue(reply)
 }
 
 // IsError reports whether reply is an error reply.

@@ -43,6 +43,14 @@
 //   - Unaccounted units: start value - units sold - final value. Not zero
 //     means units were lost or created; after transport errors it may be
 //     innocent, since a request whose reply was lost may have been applied.
+//   - The journal, with Options.Journal, on a hotkeyproxy hot key with
+//     journal: true: the entries its streams (PROXY JOURNAL) gained since
+//     the sale began must deduct, less what they give back, exactly the
+//     units sold; with Options.OrderIDs, entry for entry by order id (the
+//     script's last ARGV): no deduct entry without a success, no success
+//     without one. The sale must be the only writer of the key meanwhile,
+//     and a SET of it by someone else (a new layout, new streams) or a lost
+//     reply makes the check fail as the unaccounted units would.
 //
 // # Measurement
 //

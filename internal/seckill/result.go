@@ -71,6 +71,10 @@ type Result struct {
 	UnitsPerSec    float64 `json:"units_per_sec"`
 
 	Latency Latencies `json:"latency"`
+
+	// Journal is the check of the key's journal (Options.Journal); nil
+	// when not asked.
+	Journal *JournalCheck `json:"journal,omitempty"`
 }
 
 // Latencies are the deduct round trips, all and by reply.
@@ -103,6 +107,9 @@ func (r Result) Violations() []string {
 	}
 	if n := r.StockLeft(); n > 0 {
 		v = append(v, fmt.Sprintf("stock left: every client was told sold out while %d units remained", n))
+	}
+	if r.Journal != nil {
+		v = append(v, r.Journal.violations(r.Sold)...)
 	}
 	return v
 }
@@ -137,6 +144,9 @@ func (r Result) String() string {
 	} else {
 		fmt.Fprintf(tw, "value\tstart %d, final %d, unaccounted %d\n", r.Start, r.Final, r.Unaccounted)
 	}
+	if r.Journal != nil {
+		fmt.Fprintf(tw, "journal\t%s\n", r.Journal)
+	}
 	tw.Flush()
 
 	b.WriteString("\n")
@@ -165,6 +175,18 @@ func (r Result) String() string {
 		}
 	} else {
 		b.WriteString("ok: no oversell, no false sold-out, no stock left after sold out\n")
+		if r.Journal != nil {
+			b.WriteString("ok: the journal deducts exactly the units sold")
+			if r.Journal.OrderIDs {
+				b.WriteString(", entry for entry by order id")
+			}
+			b.WriteString("\n")
+		}
+	}
+	if r.Journal != nil {
+		for _, s := range r.Journal.Samples {
+			fmt.Fprintf(&b, "  journal: %s\n", s)
+		}
 	}
 	if r.Unaccounted != 0 {
 		fmt.Fprintf(&b, "warning: %d units unaccounted (start - sold - final)", r.Unaccounted)

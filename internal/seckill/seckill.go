@@ -85,6 +85,17 @@ type Options struct {
 	Requests int64
 	// NoSetup leaves the key as it is instead of SETting it to Stock.
 	NoSetup bool
+	// Journal checks, at the end, the key's journal (a hotkeyproxy hot
+	// key with journal: true; PROXY JOURNAL lists its streams): its
+	// entries since the sale began must deduct, less what they give
+	// back, exactly the units the clients were told they bought.
+	Journal bool
+	// OrderIDs, in ModeScript, passes a new order id with every deduct,
+	// as the script's last ARGV (ARGV[1] of deduct-one, ARGV[2] of
+	// deduct-n; declare it as the script's order_id in proxy.yaml), and
+	// with Journal checks entry for entry: no deduct entry without a
+	// success, no success without one.
+	OrderIDs bool
 }
 
 // withDefaults returns o with zero fields set to their defaults, or an
@@ -121,6 +132,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("seckill: invalid duration %v, want > 0", o.Duration)
 	case o.Requests < 0:
 		return o, fmt.Errorf("seckill: invalid requests %d, want >= 0", o.Requests)
+	case o.OrderIDs && o.Mode != ModeScript:
+		return o, fmt.Errorf("seckill: order ids need mode %q", ModeScript)
 	}
 	return o, nil
 }
@@ -145,6 +158,7 @@ type sale struct {
 	rdb    *redis.Client
 	script *redis.Script // nil in ModeDecr
 	args   []any         // script ARGV
+	run    string        // names this sale in its order ids
 	start  time.Time
 	done   context.Context // ends with the sale; requests use their own
 	cancel context.CancelFunc
@@ -165,6 +179,7 @@ type clientStats struct {
 	ok, soldOut, giveBacks, errors, falseSoldOuts int64
 	lastSale                                      time.Duration // end of the last success since start
 	okLat, soldOutLat                             histogram
+	orders                                        []string // with OrderIDs: the order ids told they bought
 }
 
 // Run sells opts.Stock units of opts.Key at opts.Addr and returns what
@@ -204,12 +219,19 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		return Result{}, fmt.Errorf("seckill: setup: %w", err)
 	}
 
+	var streams, tips []string
+	if opts.Journal {
+		if streams, tips, err = journalTips(setupCtx, rdb, opts.Key); err != nil {
+			return Result{}, fmt.Errorf("seckill: setup: %w", err)
+		}
+	}
+
 	conns, err := warmUp(setupCtx, rdb, opts.Clients)
 	if err != nil {
 		return Result{}, fmt.Errorf("seckill: connecting %d clients to %s: %w", opts.Clients, opts.Addr, err)
 	}
 
-	s := &sale{opts: opts, rdb: rdb}
+	s := &sale{opts: opts, rdb: rdb, run: strconv.FormatInt(time.Now().UnixNano(), 36)}
 	if opts.Mode == ModeScript {
 		if opts.Amount == 1 {
 			s.script = redis.NewScript(DeductOneScript)
@@ -248,6 +270,18 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		res.FinalErr = err.Error()
 	} else {
 		res.Unaccounted = res.Start - res.Sold - res.Final
+	}
+	if opts.Journal {
+		var orders map[string]bool
+		if opts.OrderIDs {
+			orders = make(map[string]bool, res.OK)
+			for i := range stats {
+				for _, o := range stats[i].orders {
+					orders[o] = true
+				}
+			}
+		}
+		res.Journal = checkJournal(finalCtx, rdb, streams, tips, orders)
 	}
 	return res, nil
 }
@@ -312,13 +346,17 @@ func (s *sale) client(ctx context.Context, id int, c *redis.Conn, st *clientStat
 		}
 	}
 	told := false
-	for s.done.Err() == nil {
+	for seq := 0; s.done.Err() == nil; seq++ {
 		if s.opts.Requests > 0 && s.sent.Add(1) > s.opts.Requests {
 			s.stop(StopRequests)
 			return
 		}
+		var order string
+		if s.opts.OrderIDs {
+			order = s.run + "-" + strconv.Itoa(id) + "-" + strconv.Itoa(seq)
+		}
 		t0 := time.Now()
-		n, err := s.deduct(ctx, c)
+		n, err := s.deduct(ctx, c, order)
 		t1 := time.Now()
 		began, ended := t0.Sub(s.start), t1.Sub(s.start)
 		switch {
@@ -328,6 +366,9 @@ func (s *sale) client(ctx context.Context, id int, c *redis.Conn, st *clientStat
 			st.ok++
 			st.okLat.record(t1.Sub(t0))
 			st.lastSale = ended
+			if order != "" {
+				st.orders = append(st.orders, order)
+			}
 			if int64(began) > s.soldOutAt.Load() {
 				st.falseSoldOuts++
 			}
@@ -354,10 +395,13 @@ func (s *sale) client(ctx context.Context, id int, c *redis.Conn, st *clientStat
 	}
 }
 
-// deduct sends one deduct and returns its integer reply.
-func (s *sale) deduct(ctx context.Context, c *redis.Conn) (int64, error) {
+// deduct sends one deduct, with order as the script's last ARGV when not
+// empty, and returns its integer reply.
+func (s *sale) deduct(ctx context.Context, c *redis.Conn, order string) (int64, error) {
 	keys := []string{s.opts.Key}
 	switch {
+	case s.script != nil && order != "":
+		return s.script.Run(ctx, c, keys, append(s.args[:len(s.args):len(s.args)], order)...).Int64()
 	case s.script != nil:
 		return s.script.Run(ctx, c, keys, s.args...).Int64()
 	case s.opts.Amount == 1:

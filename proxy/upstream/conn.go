@@ -37,6 +37,10 @@ func ErrorText(err error) string {
 	if errors.As(err, &re) {
 		return string(re)
 	}
+	var ae *AuthError
+	if errors.As(err, &ae) {
+		return ae.text()
+	}
 	var te *TimeoutError
 	if errors.As(err, &te) {
 		return "ERR upstream timeout: " + te.Error() + "; the command may have run"
@@ -96,6 +100,7 @@ type Conn struct {
 	nc    net.Conn
 	br    *bufio.Reader
 	m     *NodeMetrics
+	pool  *Pool         // whose Refusal checks its replies
 	watch *watchdog     // its pool's, armed when a write finds nothing in flight
 	wake  chan struct{} // cap 1: writeLoop has pending batches to send
 	quit  chan struct{} // closed when the connection fails
@@ -126,9 +131,9 @@ const (
 	connDraining             // replaced after a stall: closed once it is idle
 )
 
-func newConn(nc net.Conn, br *bufio.Reader, m *NodeMetrics, w *watchdog) *Conn {
+func newConn(nc net.Conn, br *bufio.Reader, m *NodeMetrics, w *watchdog, p *Pool) *Conn {
 	c := &Conn{
-		nc: nc, br: br, m: m, watch: w,
+		nc: nc, br: br, m: m, pool: p, watch: w,
 		wake: make(chan struct{}, 1),
 		quit: make(chan struct{}),
 	}
@@ -323,7 +328,9 @@ func (c *Conn) readLoop() {
 			c.mu.Unlock()
 		}
 		for err == nil && b.Done < b.N {
+			start := len(b.Out)
 			if b.Out, err = resp.ReadReply(c.br, b.Out); err == nil {
+				b.Out = c.pool.Refusal(b.Out, start)
 				b.Done++
 				b.OKLen = len(b.Out)
 				if b.Ends != nil {

@@ -58,7 +58,7 @@ func TestConnOrder(t *testing.T) {
 	for c := range clients {
 		wg.Go(func() {
 			for r := range rounds {
-				conn, err := p.Get(0, uint64(c))
+				conn, err := p.Get(Key{}, uint64(c))
 				if err != nil {
 					t.Errorf("client %d: %v", c, err)
 					return
@@ -106,7 +106,7 @@ func TestConnFailure(t *testing.T) {
 	for c := range clients {
 		wg.Go(func() {
 			for r := range rounds {
-				conn, err := p.Get(0, uint64(c))
+				conn, err := p.Get(Key{}, uint64(c))
 				if err != nil {
 					t.Errorf("client %d: %v", c, err)
 					return
@@ -161,7 +161,7 @@ func TestDialFailureShared(t *testing.T) {
 	start := time.Now()
 	for c := range clients {
 		wg.Go(func() {
-			_, err := p.Get(0, uint64(c))
+			_, err := p.Get(Key{}, uint64(c))
 			if text := ErrorText(err); err == nil || !strings.HasPrefix(text, "ERR upstream unavailable") {
 				t.Errorf("Get: %v", err)
 			}
@@ -174,9 +174,10 @@ func TestDialFailureShared(t *testing.T) {
 }
 
 // TestDial checks what a dial sends and how it reads the answers: AUTH
-// with or without a user, SELECT, a refused AUTH as a transport failure
-// (counted, the node logged down), a refused SELECT as Redis's answer,
-// and dbs past a refused one refused without dialing.
+// with or without a user, SELECT, a refused AUTH (or a NOAUTH: a password
+// wanted and none sent) as an AuthError whose reply names the settings to
+// change, counted, a refused SELECT as Redis's answer, and dbs past a
+// refused one refused without dialing.
 func TestDial(t *testing.T) {
 	be := redistest.StartBackend(t, redistest.BackendOptions{Answer: func(args []string) redistest.Reply {
 		switch strings.ToUpper(args[0]) {
@@ -185,6 +186,9 @@ func TestDial(t *testing.T) {
 				return redistest.Reply{Raw: "-WRONGPASS invalid username-password pair or user is disabled.\r\n"}
 			}
 		case "SELECT":
+			if args[1] == "7" {
+				return redistest.Reply{Raw: "-NOAUTH Authentication required.\r\n"}
+			}
 			if db, _ := strconv.Atoi(args[1]); db >= 16 {
 				return redistest.Reply{Raw: "-ERR DB index is out of range\r\n"}
 			}
@@ -194,18 +198,21 @@ func TestDial(t *testing.T) {
 	cases := []struct {
 		name     string
 		d        dialer
-		db       int
+		k        Key
 		sent     string // the commands received, space-separated, one per line
 		err      string // "" for none
 		redisErr bool
 		errors   float64 // counted as a transport failure
 	}{
-		{"plain", dialer{}, 0, "", "", false, 0},
-		{"password", dialer{password: "secret"}, 0, "AUTH secret", "", false, 0},
-		{"user", dialer{username: "u", password: "secret"}, 3, "AUTH u secret\nSELECT 3", "", false, 0},
-		{"wrong password", dialer{password: "nope"}, 0, "AUTH nope",
-			"refused our AUTH: WRONGPASS invalid username-password pair or user is disabled.", false, 1},
-		{"db out of range", dialer{}, 16, "SELECT 16", "ERR DB index is out of range", true, 0},
+		{"plain", dialer{}, Key{}, "", "", false, 0},
+		{"password", dialer{password: "secret"}, Key{}, "AUTH secret", "", false, 0},
+		{"user", dialer{username: "u", password: "secret"}, Key{DB: 3}, "AUTH u secret\nSELECT 3", "", false, 0},
+		{"resp3", dialer{password: "secret"}, Key{DB: 2, RESP3: true}, "AUTH secret\nHELLO 3\nSELECT 2", "", false, 0},
+		{"wrong password", dialer{password: "nope"}, Key{}, "AUTH nope",
+			"refused the proxy's credentials (WRONGPASS invalid username-password pair or user is disabled.): set upstream.username and upstream.password", false, 1},
+		{"password wanted", dialer{}, Key{DB: 7}, "SELECT 7",
+			"refused the proxy's credentials (NOAUTH Authentication required.): set upstream.username and upstream.password", false, 1},
+		{"db out of range", dialer{}, Key{DB: 16}, "SELECT 16", "ERR DB index is out of range", true, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -213,7 +220,7 @@ func TestDial(t *testing.T) {
 			m := Metrics{}.orNowhere().Node(be.Addr())
 			p := testPool(t, tc.d, 1, m)
 			before := len(be.Received())
-			_, err := p.Get(tc.db, 0)
+			_, err := p.Get(tc.k, 0)
 			var lines []string
 			for _, cmd := range be.Received()[before:] {
 				lines = append(lines, strings.Join(cmd, " "))
@@ -225,7 +232,7 @@ func TestDial(t *testing.T) {
 			switch {
 			case tc.err == "" && err != nil:
 				t.Errorf("Get: %v", err)
-			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			case tc.err != "" && (err == nil || !strings.Contains(ErrorText(err), tc.err)):
 				t.Errorf("Get: %v, want %q", err, tc.err)
 			case err != nil && errors.As(err, &re) != tc.redisErr:
 				t.Errorf("Get: %v is a RedisError: %v, want %v", err, !tc.redisErr, tc.redisErr)
@@ -238,16 +245,37 @@ func TestDial(t *testing.T) {
 			}
 			// Past a db Redis refused, no dial.
 			conns := be.Conns()
-			if _, err2 := p.Get(tc.db+1, 0); err2 == nil || err2.Error() != err.Error() {
-				t.Errorf("Get(%d) after %v: %v", tc.db+1, err, err2)
+			if _, err2 := p.Get(Key{DB: tc.k.DB + 1, RESP3: true}, 0); err2 == nil || err2.Error() != err.Error() {
+				t.Errorf("Get(%d) after %v: %v", tc.k.DB+1, err, err2)
 			}
 			if be.Conns() != conns {
 				t.Errorf("Get of a db past a refused one dialed")
 			}
-			if _, err := p.Get(tc.db-1, 0); err != nil {
-				t.Errorf("Get(%d): %v", tc.db-1, err)
+			if _, err := p.Get(Key{DB: tc.k.DB - 1}, 0); err != nil {
+				t.Errorf("Get(%d): %v", tc.k.DB-1, err)
 			}
 		})
+	}
+}
+
+// TestPoolKeys: each db and protocol has connections of its own, which
+// Get hands out again for the same Key.
+func TestPoolKeys(t *testing.T) {
+	be := redistest.StartBackend(t, redistest.BackendOptions{})
+	p := testPool(t, dialer{addr: be.Addr()}, 1, nil)
+	seen := map[*Conn]Key{}
+	for _, k := range []Key{{}, {RESP3: true}, {DB: 1}, {DB: 1, RESP3: true}} {
+		c, err := p.Get(k, 0)
+		if err != nil {
+			t.Fatalf("Get(%+v): %v", k, err)
+		}
+		if other, ok := seen[c]; ok {
+			t.Errorf("Get(%+v) gave the connection of %+v", k, other)
+		}
+		seen[c] = k
+		if again, err := p.Get(k, 0); err != nil || again != c {
+			t.Errorf("Get(%+v) again: another connection (%v)", k, err)
+		}
 	}
 }
 
@@ -259,7 +287,7 @@ func TestPoolClose(t *testing.T) {
 	}})
 	m := Metrics{}.orNowhere().Node(be.Addr())
 	p := testPool(t, dialer{addr: be.Addr()}, 1, m)
-	conn, err := p.Get(0, 0)
+	conn, err := p.Get(Key{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +298,7 @@ func TestPoolClose(t *testing.T) {
 	if !errors.Is(b.Err, ErrClosed) || !conn.Failed() {
 		t.Errorf("batch in flight at Close: %v, failed %v", b.Err, conn.Failed())
 	}
-	if _, err := p.Get(0, 0); !errors.Is(err, ErrClosed) {
+	if _, err := p.Get(Key{}, 0); !errors.Is(err, ErrClosed) {
 		t.Errorf("Get after Close: %v", err)
 	}
 	conn.Send(b)
@@ -313,7 +341,7 @@ func BenchmarkConnSend(b *testing.B) {
 			b.SetParallelism(32)
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
-				conn, err := p.Get(0, ids.Add(1))
+				conn, err := p.Get(Key{}, ids.Add(1))
 				if err != nil {
 					b.Error(err)
 					return

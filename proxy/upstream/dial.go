@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -18,8 +19,11 @@ type dialer struct {
 	addr     string
 	username string
 	password string // "": no AUTH
-	timeout  time.Duration
-	tls      *nodeTLS // nil: plain TCP
+	// login: the credentials are a client's (Login), not the proxy's own
+	// upstream.username and upstream.password.
+	login   bool
+	timeout time.Duration
+	tls     *nodeTLS // nil: plain TCP
 }
 
 // newDialer returns the dialer of the node at addr as cfg says; base is
@@ -85,11 +89,12 @@ func (t *nodeTLS) setName(name string) {
 // serverName is the name the next handshake checks.
 func (t *nodeTLS) serverName() string { return t.conf.Load().ServerName }
 
-// dial connects, does the TLS handshake when TLS is on, authenticates and
-// selects db, all within the dial timeout. A Redis error reply to SELECT
+// dial connects, does the TLS handshake when TLS is on, authenticates,
+// says HELLO 3 for a RESP3 k and selects k's db, all within the dial
+// timeout. A Redis error reply to SELECT
 // comes back as RedisError so the client sees Redis's own text ("ERR DB
 // index is out of range").
-func (d *dialer) dial(db int) (net.Conn, *bufio.Reader, error) {
+func (d *dialer) dial(k Key) (net.Conn, *bufio.Reader, error) {
 	deadline := time.Now().Add(d.timeout)
 	nc, err := net.DialTimeout("tcp", d.addr, d.timeout)
 	if err != nil {
@@ -117,8 +122,12 @@ func (d *dialer) dial(db int) (net.Conn, *bufio.Reader, error) {
 		}
 		steps++
 	}
-	if db != 0 {
-		req = resp.AppendCommand(req, []byte("SELECT"), strconv.AppendInt(nil, int64(db), 10))
+	if k.RESP3 {
+		req = resp.AppendCommand(req, []byte("HELLO"), []byte("3"))
+		steps++
+	}
+	if k.DB != 0 {
+		req = resp.AppendCommand(req, []byte("SELECT"), strconv.AppendInt(nil, int64(k.DB), 10))
 		steps++
 	}
 	br := bufio.NewReaderSize(nc, 16<<10)
@@ -136,8 +145,8 @@ func (d *dialer) dial(db int) (net.Conn, *bufio.Reader, error) {
 			}
 			if reply[0] == '-' {
 				msg := string(reply[1 : len(reply)-2])
-				if i == 0 && d.password != "" {
-					return fmt.Errorf("proxy: upstream %s refused our AUTH: %s", d.addr, msg)
+				if i == 0 && d.password != "" || strings.HasPrefix(msg, "NOAUTH ") {
+					return &AuthError{Addr: d.addr, Reply: msg, Login: d.login}
 				}
 				return RedisError(msg)
 			}
@@ -150,4 +159,30 @@ func (d *dialer) dial(db int) (net.Conn, *bufio.Reader, error) {
 	}
 	nc.SetDeadline(time.Time{})
 	return nc, br, nil
+}
+
+// AuthError is Redis refusing the credentials a connection was dialed
+// with: its AUTH answered with an error, or a command after it with
+// NOAUTH (Redis asks for a password the proxy was not given, as after a
+// CONFIG SET requirepass). Reply is Redis's error text, without '-' and
+// CRLF.
+type AuthError struct {
+	Addr  string // the node, host:port
+	Reply string
+	Login bool // the credentials were a client's (Login), not upstream.username and upstream.password
+}
+
+func (e *AuthError) Error() string {
+	return "upstream " + e.Addr + " refused the proxy's credentials: " + e.Reply
+}
+
+// text is the error reply a client gets for e, without '-' and CRLF: for
+// a client's own credentials, Redis's words; for the proxy's, what the
+// operator must change, after Redis's words.
+func (e *AuthError) text() string {
+	if e.Login {
+		return e.Reply
+	}
+	return "ERR upstream " + e.Addr + " refused the proxy's credentials (" + e.Reply +
+		"): set upstream.username and upstream.password (or upstream.password_file) to an ACL user Redis accepts, or undo the requirepass change on Redis"
 }

@@ -71,7 +71,7 @@ func TestReadTimeout(t *testing.T) {
 	m := Metrics{}.orNowhere().Node(be.Addr())
 	p := testPool(t, dialer{addr: be.Addr()}, 1, m)
 	p.readTimeout = 300 * time.Millisecond
-	conn, err := p.Get(0, 0)
+	conn, err := p.Get(Key{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestReadTimeout(t *testing.T) {
 	if got := testutil.ToFloat64(m.Timeouts); got != 1 {
 		t.Errorf("timeouts counted: %v, want 1", got)
 	}
-	again, err := p.Get(0, 0)
+	again, err := p.Get(Key{}, 0)
 	if err != nil || again == conn {
 		t.Fatalf("Get after the timeout: %v, the same connection %v", err, again == conn)
 	}
@@ -141,7 +141,7 @@ func TestStallMovesOn(t *testing.T) {
 	p.readTimeout = time.Minute
 	var cached *Conn
 	slow := batchOf("SLOW")
-	p.Send(&cached, 0, 7, slow)
+	p.Send(&cached, Key{}, 7, slow)
 	stalled := cached
 	eventually(t, "the connection is stalled", func() bool { return !stalled.Usable() })
 	if !p.watch.armed.Load() {
@@ -149,7 +149,7 @@ func TestStallMovesOn(t *testing.T) {
 	}
 	for i := range 3 {
 		b := batchOf(fmt.Sprintf("ECHO x%d", i))
-		p.Send(&cached, 0, 7, b)
+		p.Send(&cached, Key{}, 7, b)
 		wait(t, b, 10*time.Second, "ECHO sent behind a stalled request") // it would wait for release
 		if want := fmt.Sprintf("$2\r\nx%d\r\n", i); b.Err != nil || string(b.Out) != want {
 			t.Errorf("ECHO %d: %q, %v", i, b.Out, b.Err)
@@ -185,7 +185,7 @@ func TestStallBound(t *testing.T) {
 	p.readTimeout = time.Minute
 	for i := range 10 {
 		var conn *Conn
-		p.Send(&conn, 0, uint64(i), batchOf("SLOW"))
+		p.Send(&conn, Key{}, uint64(i), batchOf("SLOW"))
 		eventually(t, "the connection is stalled", func() bool { return !conn.Usable() })
 	}
 	if n := be.Conns(); n != 2*perDB {
@@ -244,12 +244,12 @@ func TestNodeDown(t *testing.T) {
 	t.Cleanup(p.close)
 	var conn *Conn
 	b := batchOf("ECHO before")
-	p.Send(&conn, 0, 0, b)
+	p.Send(&conn, Key{}, 0, b)
 	wait(t, b, 10*time.Second, "ECHO before the stop")
 
 	be.stop()
 	b = batchOf("ECHO during")
-	p.Send(&conn, 0, 0, b)
+	p.Send(&conn, Key{}, 0, b)
 	wait(t, b, 10*time.Second, "ECHO on the stopped node")
 	var te *TimeoutError
 	if !errors.As(b.Err, &te) {
@@ -257,7 +257,7 @@ func TestNodeDown(t *testing.T) {
 	}
 	var down *DownError
 	eventually(t, "the node is down", func() bool {
-		_, err := p.Get(0, 0)
+		_, err := p.Get(Key{}, 0)
 		return errors.As(err, &down)
 	})
 	if want := "ERR upstream unavailable: node " + be.Addr() + " is down (no reply within 300ms, nor to PING within 200ms); probing it every 1s"; ErrorText(down) != want {
@@ -266,13 +266,13 @@ func TestNodeDown(t *testing.T) {
 	conns := be.Conns()
 	for i := range 100 {
 		b := batchOf("ECHO down")
-		p.Send(&conn, 0, uint64(i), b)
+		p.Send(&conn, Key{}, uint64(i), b)
 		<-b.DoneCh
 		if !errors.As(b.Err, &down) {
 			t.Fatalf("Send while down: %v", b.Err)
 		}
 	}
-	if _, _, err := p.Dial(0); !errors.As(err, &down) {
+	if _, _, err := p.Dial(Key{}); !errors.As(err, &down) {
 		t.Errorf("Dial while down: %v", err)
 	}
 	if _, err := p.Ask(pingReq, 1); !errors.As(err, &down) {
@@ -285,7 +285,7 @@ func TestNodeDown(t *testing.T) {
 	be.resume()
 	eventually(t, "the node serves again", func() bool {
 		b := batchOf("ECHO after")
-		p.Send(&conn, 0, 0, b)
+		p.Send(&conn, Key{}, 0, b)
 		<-b.DoneCh
 		return b.Err == nil && string(b.Out) == "$5\r\nafter\r\n"
 	})
@@ -306,15 +306,15 @@ func TestProbeIdle(t *testing.T) {
 	be.stop()
 	var conn *Conn
 	b := batchOf("ECHO x")
-	p.Send(&conn, 0, 0, b)
+	p.Send(&conn, Key{}, 0, b)
 	wait(t, b, 10*time.Second, "ECHO on the stopped node")
 	var down *DownError
-	if _, err := p.Get(0, 0); !errors.As(err, &down) {
+	if _, err := p.Get(Key{}, 0); !errors.As(err, &down) {
 		t.Fatalf("Get after the timeout: %v, want the node down", err)
 	}
 	eventually(t, "the probes stopped", func() bool { return !p.probing.Load() })
 	conns := be.Conns()
-	if _, err := p.Get(0, 0); err != nil {
+	if _, err := p.Get(Key{}, 0); err != nil {
 		t.Errorf("Get once the probes stopped: %v, want a dial", err)
 	}
 	eventually(t, "Get once the probes stopped dialed", func() bool { return be.Conns() == conns+1 })
@@ -339,7 +339,7 @@ func TestSendAfterDrainRace(t *testing.T) {
 			var conn *Conn
 			for r := range 60 {
 				b, want := echoBatch(c, r, 4)
-				p.Send(&conn, 0, uint64(c), b)
+				p.Send(&conn, Key{}, uint64(c), b)
 				<-b.DoneCh
 				if got := b.replies(nil); b.Err != nil || !bytes.Equal(bytes.Join(got, nil), []byte(strings.Join(want, ""))) {
 					t.Errorf("client %d round %d: %q, %v", c, r, got, b.Err)

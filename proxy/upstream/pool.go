@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"log/slog"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tidwall/redcon"
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
@@ -62,8 +64,9 @@ func (m Metrics) orNowhere() Metrics {
 	return m
 }
 
-// Pool holds one node's shared connections: perDB of them for each db, so
-// a client that SELECTs never changes another client's db. It also dials
+// Pool holds one node's shared connections: perDB of them for each Key
+// (db and protocol), so a client that SELECTs or says HELLO 3 never
+// changes another client's db or protocol. It also dials
 // the connections a client needs for itself, and watches the node's
 // health (health.go): requests overdue, stalled connections, a node down.
 // Safe for concurrent use.
@@ -73,6 +76,7 @@ type Pool struct {
 	readTimeout time.Duration
 	stallAfter  time.Duration // stallAfter; tests change it before the first Get
 	probeIdle   time.Duration // probeIdle; likewise
+	authRetry   time.Duration // authRetry; likewise
 	m           *NodeMetrics
 	log         *slog.Logger
 	state       atomic.Int32 // nodeUnknown, nodeUp or nodeDown, as last seen
@@ -81,12 +85,21 @@ type Pool struct {
 	probing atomic.Bool                   // a probe runs
 	probed  atomic.Pointer[chan struct{}] // closed at a probe's first answer; nil after it
 	refused atomic.Int64                  // monoNow when a DownError was last answered
-	watch   watchdog
-	quit    chan struct{} // closed by close
-	watched []*Conn       // the watchdog's scratch
+	// badAuth: the last dial found the proxy's credentials refused (an
+	// AuthError), so that is logged once, not once per dial.
+	badAuth atomic.Bool
+	// refusedAuth is the last dial's AuthError, at monoNow refusedAt;
+	// nil after a dial that was not refused.
+	refusedAuth atomic.Pointer[AuthError]
+	refusedAt   atomic.Int64
+	verify      verifier
+	watch       watchdog
+	quit        chan struct{} // closed by close
+	watched     []*Conn       // the watchdog's scratch
+	spare       spares        // connections dialed in advance for DialOwn
 
 	mu     sync.Mutex
-	conns  map[int][]*sharedSlot // by db
+	conns  map[Key][]*sharedSlot
 	closed bool
 	// live are the shared connections the watchdog looks after: those in
 	// conns and those replaced after a stall (draining of them), until
@@ -101,6 +114,14 @@ type Pool struct {
 	noDBErr RedisError
 }
 
+// Key names the shared connections a client's requests may go on: those
+// of its db, speaking its protocol, so that Redis's replies reach it in
+// the protocol it negotiated. The zero Key is db 0 in RESP2.
+type Key struct {
+	DB    int
+	RESP3 bool // the connections said HELLO 3 when dialed
+}
+
 // sharedSlot is one place in the pool; its own lock serialises redials, so
 // clients wait for one dial rather than each making their own. conn is
 // stored under mu and may be loaded without it.
@@ -113,12 +134,16 @@ type sharedSlot struct {
 
 func newPool(d dialer, perDB int, readTimeout time.Duration, m *NodeMetrics, log *slog.Logger) *Pool {
 	return &Pool{
-		dialer: d, perDB: perDB, readTimeout: readTimeout, stallAfter: stallAfter, probeIdle: probeIdle, m: m, log: log,
-		conns: make(map[int][]*sharedSlot),
+		dialer: d, perDB: perDB, readTimeout: readTimeout, stallAfter: stallAfter, probeIdle: probeIdle, authRetry: authRetry, m: m, log: log,
+		conns: make(map[Key][]*sharedSlot),
 		watch: watchdog{wake: make(chan struct{}, 1)},
 		quit:  make(chan struct{}),
 	}
 }
+
+// authRetry is how long after Redis refused a dial's credentials the
+// next dial is tried: meanwhile the refusal is the answer.
+const authRetry = time.Second
 
 // A node's state, as the pool's last dial found it.
 const (
@@ -131,20 +156,38 @@ const (
 // the requests of their own on a connection from Dial too.
 func (p *Pool) DialTimeout() time.Duration { return p.timeout }
 
-// Dial opens a connection of the caller's own to the node, authenticated
-// and in db. A failure to connect or authenticate is counted, and the
-// node going down (the first failure, or the first after a success) and
-// coming back are logged. Redis refusing SELECT is an answer, not a
-// failure: it comes back as a RedisError. While the node is probed or
-// down it waits or fails as Get does.
-func (p *Pool) Dial(db int) (net.Conn, *bufio.Reader, error) {
+// Dial opens a connection of the caller's own to the node, authenticated,
+// in k's db and speaking k's protocol. A failure to connect or
+// authenticate is counted, and the node going down (the first failure,
+// or the first after a success) and
+// coming back are logged; so is Redis refusing the proxy's own
+// credentials (an AuthError), once until a dial succeeds again, without
+// the node counting as down. For authRetry after an AuthError, Dial
+// returns it again without dialing: credentials Redis refused cost one
+// connection a second, however many requests need one. Redis refusing
+// SELECT is an answer, not a failure: it comes back as a RedisError.
+// While the node is probed or down it waits or fails as Get does.
+func (p *Pool) Dial(k Key) (net.Conn, *bufio.Reader, error) {
 	if err := p.healthy(); err != nil {
 		return nil, nil, err
 	}
-	nc, br, err := p.dialer.dial(db)
+	if e := p.refusedAuth.Load(); e != nil && monoNow()-time.Duration(p.refusedAt.Load()) < p.authRetry {
+		return nil, nil, e
+	}
+	nc, br, err := p.dialer.dial(k)
 	var refused RedisError
+	var badAuth *AuthError
 	switch {
+	case errors.As(err, &badAuth):
+		p.m.Errors.Inc()
+		p.refusedAt.Store(int64(monoNow()))
+		p.refusedAuth.Store(badAuth)
+		p.authRefused(badAuth)
 	case err == nil || errors.As(err, &refused):
+		p.refusedAuth.Store(nil)
+		if !p.login && p.password != "" && p.badAuth.Swap(false) {
+			p.log.Info("upstream accepts the proxy's credentials again", "node", p.addr)
+		}
 		if p.state.Swap(nodeUp) == nodeDown {
 			p.log.Info("upstream node up", "node", p.addr)
 		}
@@ -157,16 +200,16 @@ func (p *Pool) Dial(db int) (net.Conn, *bufio.Reader, error) {
 	return nc, br, err
 }
 
-// Get returns a shared connection for db, dialing when its place in the
+// Get returns a shared connection for k, dialing when its place in the
 // pool is empty, its connection failed, or it stalled behind a slow
 // request: the stalled one is closed once its requests are answered, and
 // at most perDB are at a time; past that Get returns another usable
-// connection of db, else the stalled one. Callers are spread over the
+// connection of k, else the stalled one. Callers are spread over the
 // perDB places by id. Clients that wait while a dial fails share its
 // error. After a request timed out, Get waits for the node's probe (see
 // probe). The error is ErrClosed after Close, a DownError while the node
-// is down, a RedisError when Redis refused db, else the dial's.
-func (p *Pool) Get(db int, id uint64) (*Conn, error) {
+// is down, a RedisError when Redis refused k's db, else the dial's.
+func (p *Pool) Get(k Key, id uint64) (*Conn, error) {
 	if err := p.healthy(); err != nil {
 		return nil, err
 	}
@@ -175,17 +218,17 @@ func (p *Pool) Get(db int, id uint64) (*Conn, error) {
 		p.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if p.noDB > 0 && db >= p.noDB {
+	if p.noDB > 0 && k.DB >= p.noDB {
 		p.mu.Unlock()
 		return nil, p.noDBErr
 	}
-	slots := p.conns[db]
+	slots := p.conns[k]
 	if slots == nil {
 		slots = make([]*sharedSlot, p.perDB)
 		for i := range slots {
 			slots[i] = &sharedSlot{}
 		}
-		p.conns[db] = slots
+		p.conns[k] = slots
 	}
 	p.mu.Unlock()
 
@@ -203,14 +246,14 @@ func (p *Pool) Get(db int, id uint64) (*Conn, error) {
 		// queue of clients waits one dial timeout, not one each.
 		return nil, s.dialErr
 	}
-	nc, br, err := p.Dial(db)
+	nc, br, err := p.Dial(k)
 	var refused RedisError
 	if errors.As(err, &refused) && strings.HasPrefix(string(refused), rediserr.DBRange) {
 		p.mu.Lock()
-		if p.noDB == 0 || db < p.noDB {
-			p.noDB, p.noDBErr = db, refused
+		if p.noDB == 0 || k.DB < p.noDB {
+			p.noDB, p.noDBErr = k.DB, refused
 		}
-		delete(p.conns, db)
+		delete(p.conns, k)
 		p.mu.Unlock()
 	}
 	if err != nil {
@@ -223,7 +266,7 @@ func (p *Pool) Get(db int, id uint64) (*Conn, error) {
 		nc.Close()
 		return nil, ErrClosed
 	}
-	c := newConn(nc, br, p.m, &p.watch)
+	c := newConn(nc, br, p.m, &p.watch, p)
 	s.conn.Store(c)
 	p.live = append(p.live, c)
 	if !p.watching {
@@ -232,6 +275,32 @@ func (p *Pool) Get(db int, id uint64) (*Conn, error) {
 	}
 	return c, nil
 }
+
+// authRefused logs, once until a dial's AUTH succeeds again, that Redis
+// refused the proxy's own credentials; a client's are its own business.
+func (p *Pool) authRefused(e *AuthError) {
+	if !e.Login && !p.badAuth.Swap(true) {
+		p.log.Error("upstream refused the proxy's credentials: set upstream.username and upstream.password to an ACL user Redis accepts",
+			"node", p.addr, "reply", e.Reply)
+	}
+}
+
+// Refusal checks the reply at out[start:], from a connection of p, for a
+// NOAUTH: Redis asking the proxy's own connections for a password, as it
+// does once requirepass is set behind the proxy (through it, even). Such
+// a reply is replaced with the AuthError's words, which name the settings
+// to change, and logged once; out is returned. A Login's pools keep
+// Redis's NOAUTH, which is the client's own to see.
+func (p *Pool) Refusal(out []byte, start int) []byte {
+	if p.login || len(out) <= start || out[start] != '-' || !bytes.HasPrefix(out[start:], noAuthPrefix) {
+		return out
+	}
+	e := &AuthError{Addr: p.addr, Reply: string(out[start+1 : len(out)-2])}
+	p.authRefused(e)
+	return redcon.AppendError(out[:start], e.text())
+}
+
+var noAuthPrefix = []byte("-NOAUTH ")
 
 // usable is c when it is usable, else the first usable connection among
 // slots, else c: a stalled connection is better than none.
@@ -247,16 +316,16 @@ func usable(slots []*sharedSlot, c *Conn) *Conn {
 	return c
 }
 
-// Send sends b on a shared connection for db: *conn while it is usable,
-// else the one Get(db, id) returns, which it leaves in *conn for the next
+// Send sends b on a shared connection for k: *conn while it is usable,
+// else the one Get(k, id) returns, which it leaves in *conn for the next
 // call. When Get fails, so does b, with Get's error. b.DoneCh is signalled
 // when b is complete or failed.
-func (p *Pool) Send(conn **Conn, db int, id uint64, b *Batch) {
+func (p *Pool) Send(conn **Conn, k Key, id uint64, b *Batch) {
 	for {
 		c := *conn
 		if c == nil || !c.Usable() {
 			var err error
-			if c, err = p.Get(db, id); err != nil {
+			if c, err = p.Get(k, id); err != nil {
 				*conn = nil
 				b.Err = err
 				b.DoneCh <- struct{}{}
@@ -280,8 +349,8 @@ func (p *Pool) Send(conn **Conn, db int, id uint64, b *Batch) {
 func (p *Pool) Ask(req []byte, n int) ([][]byte, error) { return p.exchange(p.Dial, req, n) }
 
 // exchange is Ask on a connection from dial.
-func (p *Pool) exchange(dial func(db int) (net.Conn, *bufio.Reader, error), req []byte, n int) ([][]byte, error) {
-	nc, br, err := dial(0)
+func (p *Pool) exchange(dial func(Key) (net.Conn, *bufio.Reader, error), req []byte, n int) ([][]byte, error) {
+	nc, br, err := dial(Key{})
 	if err != nil {
 		return nil, err
 	}
@@ -329,7 +398,9 @@ func (p *Pool) close() {
 	live := p.live
 	p.live = nil
 	p.mu.Unlock()
+	p.spare.close()
 	for _, c := range live {
 		c.close()
 	}
+	p.verify.close()
 }

@@ -27,6 +27,10 @@ type Redis struct {
 	Pool    *Pool    // a standalone server
 	Cluster *Cluster // a cluster
 
+	// Logins are the ACL users clients logged in as, with upstream
+	// client_auth "redis"; unused otherwise.
+	Logins *Logins
+
 	// Cluster mode's round trips for Do, reused.
 	trips sync.Pool
 
@@ -53,9 +57,9 @@ func New(cfg *config.Upstream, log *slog.Logger, m Metrics) (*Redis, error) {
 	switch cfg.Mode {
 	case config.ModeStandalone:
 		d := newDialer(cfg, tlsBase, cfg.Addrs[0])
-		return &Redis{Pool: newPool(d, cfg.ConnsPerNode, cfg.ReadTimeout.Duration(), m.Node(d.addr), log)}, nil
+		return &Redis{Pool: newPool(d, cfg.ConnsPerNode, cfg.ReadTimeout.Duration(), m.Node(d.addr), log), Logins: newLogins()}, nil
 	case config.ModeCluster:
-		u := &Redis{Cluster: newCluster(cfg, tlsBase, log, m)}
+		u := &Redis{Cluster: newCluster(cfg, tlsBase, log, m), Logins: newLogins()}
 		u.trips.New = func() any { r := NewRoundTrip(u.Cluster, 0); return &r }
 		return u, nil
 	}
@@ -65,11 +69,27 @@ func New(cfg *config.Upstream, log *slog.Logger, m Metrics) (*Redis, error) {
 // Close retires every shared connection, failing the batches in flight,
 // and stops the cluster's refresh.
 func (u *Redis) Close() {
+	u.Logins.close()
 	if u.Cluster != nil {
 		u.Cluster.close()
 	} else {
 		u.Pool.close()
 	}
+}
+
+// Verify checks a client's AUTH, req (AUTH with the password alone, or
+// user and password), with Redis and returns its reply (see Pool.Verify):
+// the standalone server's, or in cluster mode the first master's (a seed
+// while no slot map is loaded). Cluster nodes keep their ACL users each
+// on its own: a user must exist on every node with the same password.
+func (u *Redis) Verify(req []byte) ([]byte, error) {
+	if c := u.Cluster; c != nil {
+		if t, _, err := c.Current(); err == nil {
+			return t.Masters[0].Pool.Verify(req)
+		}
+		return c.Node(c.cfg.Addrs[0]).Pool.Verify(req)
+	}
+	return u.Pool.Verify(req)
 }
 
 // Do implements rewrite.Upstream: in standalone mode all requests go in
@@ -124,7 +144,7 @@ func (u *Redis) Do(reqs []rewrite.Request) [][]byte {
 	// The replies are returned: Out is the one part never reused.
 	b.Out = make([]byte, 0, 64*len(reqs))
 	var conn *Conn
-	u.Pool.Send(&conn, 0, 0, b)
+	u.Pool.Send(&conn, Key{}, 0, b)
 	<-b.DoneCh
 	done := b.replies(replies[:0])
 	for i := len(done); i < len(replies); i++ {

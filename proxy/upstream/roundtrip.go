@@ -55,6 +55,8 @@ type nodeBatch struct {
 type RoundTrip struct {
 	c        *Cluster
 	id       uint64 // spreads users over a node's shared connections
+	login    *Login // whose pools it uses; nil: the nodes' own
+	key      Key    // the shared connections it uses: db 0, in a protocol
 	parts    []clusterPart
 	batches  []*nodeBatch // the first round's, reused from run to run
 	used     int          // batches[:used] are in use
@@ -64,6 +66,26 @@ type RoundTrip struct {
 // NewRoundTrip returns a RoundTrip on c's nodes for the user id, which
 // picks the shared connection of each node it uses.
 func NewRoundTrip(c *Cluster, id uint64) RoundTrip { return RoundTrip{c: c, id: id} }
+
+// SetLogin makes the requests from now on go on l's pools, authenticated
+// as its ACL user, rather than the nodes' own.
+func (r *RoundTrip) SetLogin(l *Login) {
+	r.login = l
+	for _, nb := range r.batches {
+		nb.conn = nil
+	}
+}
+
+// SetRESP3 makes the next runs use connections that speak RESP3, or
+// RESP2 when off, so that replies come in the protocol of the client.
+func (r *RoundTrip) SetRESP3(on bool) {
+	if r.key.RESP3 != on {
+		r.key.RESP3 = on
+		for _, nb := range r.batches {
+			nb.conn = nil // of the other protocol
+		}
+	}
+}
 
 // Queue adds a request for node n to the first round: raw, its RESP
 // frame, or args when raw is nil. slot is the slot it is routed by, for
@@ -151,7 +173,11 @@ func (r *RoundTrip) sendRound(round []*nodeBatch) {
 		if nb.Ends == nil {
 			nb.Ends = make([]int, 0, nb.N)
 		}
-		nb.node.Pool.Send(&nb.conn, 0, r.id, &nb.Batch)
+		p := nb.node.Pool
+		if r.login != nil {
+			p = r.login.Pool(p)
+		}
+		p.Send(&nb.conn, r.key, r.id, &nb.Batch)
 	}
 	for _, nb := range round {
 		<-nb.DoneCh

@@ -113,7 +113,7 @@ func TestDialTLSTimeout(t *testing.T) {
 	cfg.Addrs = []string{ln.Addr().String()}
 	cfg.DialTimeout = config.Duration(200 * time.Millisecond)
 	d := newDialer(cfg, mustClientConfig(t, cfg), ln.Addr().String())
-	_, _, err = d.dial(0)
+	_, _, err = d.dial(Key{})
 	var ne net.Error
 	if !errors.As(err, &ne) || !ne.Timeout() || !strings.Contains(err.Error(), "TLS handshake") {
 		t.Errorf("dial to a silent node: %v, want a TLS handshake timeout", err)

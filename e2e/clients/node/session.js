@@ -1,6 +1,6 @@
 // An ioredis session through hotkeyproxy, run by e2e/clients_test.go.
 //
-// Usage: node session.js PORT [cluster]
+// Usage: node session.js PORT [cluster] [acl]
 //
 // Uses ioredis as an application would: PING, strings, binary values,
 // pipelines, MULTI/EXEC with WATCH, defineCommand (EVAL on a connection's
@@ -12,6 +12,10 @@
 // With "cluster" the proxy's upstream is a Redis Cluster: SELECT n gets
 // Redis Cluster's error instead, and keys in many slots and transactions on
 // one hash tag or across slots are tried too.
+//
+// With "acl" Redis checks the proxy's logins (upstream.client_auth: redis):
+// the session creates a limited ACL user and logs in as it with the
+// username option, then checks Redis's NOPERM and WRONGPASS errors.
 "use strict";
 
 const assert = require("node:assert/strict");
@@ -19,9 +23,11 @@ const Redis = require("ioredis");
 const { ReplyError } = require("ioredis");
 
 const port = Number(process.argv[2]);
-const cluster = process.argv[3] === "cluster";
-if (!Number.isInteger(port) || port <= 0 || process.argv.length > 4 || (process.argv[3] !== undefined && !cluster)) {
-  console.error("usage: node session.js PORT [cluster]");
+const opts = process.argv.slice(3);
+const cluster = opts.includes("cluster");
+const acl = opts.includes("acl");
+if (!Number.isInteger(port) || port <= 0 || new Set(opts).size !== opts.length || opts.some((o) => o !== "cluster" && o !== "acl")) {
+  console.error("usage: node session.js PORT [cluster] [acl]");
   process.exit(2);
 }
 
@@ -280,8 +286,30 @@ async function main() {
   const gets = await Promise.all(Array.from({ length: 100 }, (_, i) => auto.get(`js:p:${i}`)));
   assert.deepEqual(gets, Array.from({ length: 100 }, (_, i) => String(i)));
 
+  if (acl) await aclUser(r);
+
   for (const c of clients) assert.equal(await c.quit(), "OK");
   console.log("OK");
+}
+
+// aclUser logs in as a limited ACL user that admin creates.
+async function aclUser(admin) {
+  step("acl user");
+  assert.equal(await admin.acl("SETUSER", "js-limited", "on", ">js-pw", "~js:acl:*", "+get", "+set", "+@connection", "+acl|whoami"), "OK");
+  const limited = client({ username: "js-limited", password: "js-pw" });
+  assert.equal(await limited.acl("WHOAMI"), "js-limited");
+  assert.equal(await limited.set("js:acl:k", "v"), "OK");
+  assert.equal(await limited.get("js:acl:k"), "v");
+  await assert.rejects(limited.del("js:acl:k"), (err) => err instanceof ReplyError &&
+    err.message === "NOPERM this user has no permissions to run the 'del' command");
+  await assert.rejects(limited.set("js:other", "v"), (err) => err instanceof ReplyError &&
+    err.message === "NOPERM this user has no permissions to access one of the keys used as arguments");
+  const wrong = new Redis({ host: "127.0.0.1", port, username: "js-limited", password: "wrong", lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+  const refused = [];
+  wrong.on("error", (err) => refused.push(err.message)); // the refused login is the point
+  await wrong.connect().catch(() => {});
+  wrong.disconnect();
+  assert.ok(refused.some((m) => m.startsWith("WRONGPASS invalid username-password pair")), `errors of a wrong password: ${refused}`);
 }
 
 main().catch((err) => {

@@ -1,0 +1,61 @@
+package rewrite
+
+import (
+	"testing"
+)
+
+// TestDeductScriptHeld: EVALSHA of a declared deduct script on a hot key
+// answers NOSCRIPT, in Redis's words and before anything is taken, when
+// the key's node does not hold the script; EVAL of it loads it there; a
+// yes is trusted for recheck, and forgotten on ForgetScripts.
+func TestDeductScriptHeld(t *testing.T) {
+	const noScript = "-NOSCRIPT No matching script. Please use EVAL.\r\n"
+	deduct := func(left int64) []exchange {
+		return join(loaded(5, 5, 5, 5), []exchange{{"EVALSHA deduct 1 k#0 1", pair2(1, left)}})
+	}
+	evalOne := [][]byte{[]byte("EVAL"), []byte(deductOne), []byte("1"), []byte("k")}
+
+	t.Run("flushed: NOSCRIPT, nothing taken", func(t *testing.T) {
+		e, f, c := testEngine(t, "", 0, nil)
+		f.flushed = true
+		run(t, e, f, c, []step{{cmd: one, reply: noScript}, {cmd: one, reply: noScript}})
+		if f.asked != 2 {
+			t.Errorf("%d SCRIPT requests, want 2: a no is asked again", f.asked)
+		}
+	})
+	t.Run("EVAL loads it, then EVALSHA runs", func(t *testing.T) {
+		e, f, c := testEngine(t, "", 0, nil)
+		f.flushed = true
+		f.want = deduct(4)
+		if got := string(e.Do(evalOne, 3, 0)); got != num(19) {
+			t.Fatalf("EVAL: %q", got)
+		}
+		if !f.loaded[sha(deductOne)] {
+			t.Fatal("EVAL did not load the script on the key's node")
+		}
+		run(t, e, f, c, []step{{cmd: one, want: []exchange{{"EVALSHA deduct 1 k#0 1", pair2(1, 3)}}, reply: num(18)}})
+		if f.asked != 1 {
+			t.Errorf("%d SCRIPT requests, want 1: the load's yes is trusted", f.asked)
+		}
+	})
+	t.Run("a yes trusted for recheck, forgotten by ForgetScripts", func(t *testing.T) {
+		e, f, c := testEngine(t, "", 0, nil)
+		run(t, e, f, c, []step{{cmd: one, want: deduct(4), reply: num(19)}})
+		run(t, e, f, c, []step{{cmd: one, want: []exchange{{"EVALSHA deduct 1 k#0 1", pair2(1, 3)}}, reply: num(18)}})
+		if f.asked != 1 {
+			t.Fatalf("%d SCRIPT requests, want 1", f.asked)
+		}
+		e.ForgetScripts()
+		f.flushed = true
+		run(t, e, f, c, []step{{cmd: one, reply: noScript}})
+	})
+	t.Run("flushed, but the proxy remembers it: loaded, then run", func(t *testing.T) {
+		e, f, c := testEngine(t, "", 0, nil)
+		f.flushed = true
+		e.SetScriptMemory(func(s []byte) bool { return string(s) == sha(deductOne) })
+		run(t, e, f, c, []step{{cmd: one, want: deduct(4), reply: num(19)}, {cmd: five, reply: noScript}})
+		if !f.loaded[sha(deductOne)] || f.loaded[sha(deductN)] {
+			t.Errorf("loaded %v, want deduct-one only", f.loaded)
+		}
+	})
+}
