@@ -27,6 +27,9 @@ func journalEngine(t *testing.T, maxlen int64) (*Engine, *redisUpstream) {
 	cfg.Hotkeys.JournalMaxlen = maxlen
 	cfg.Scripts = []config.Script{{Name: "deduct-n", Body: deductN, Amount: config.Amount{ArgvIndex: 1}, Soldout: -1, OrderID: 2}}
 	e.Reload(cfg)
+	// EVALSHA of a declared script on a hot key is answered NOSCRIPT, as
+	// Redis would, unless the key's master holds the script.
+	u.do("SCRIPT", "LOAD", deductN)
 	return e, u
 }
 
