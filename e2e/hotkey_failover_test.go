@@ -71,6 +71,7 @@ func TestHotKeyFailover(t *testing.T) {
 			if r := hkMustDo(t, e.ProxyAddr(), "SET", "stock:fo", strconv.Itoa(foStock)); r != "+OK\r\n" {
 				t.Fatalf("SET = %q", r)
 			}
+			foLoad(t, e.ProxyAddr(), sc)
 			masters, err := e.Cluster.Masters()
 			if err != nil {
 				t.Fatal(err)
@@ -205,6 +206,17 @@ func (s *foSale) other(text string) {
 	s.mu.Unlock()
 }
 
+// foLoad loads s through addr (SCRIPT LOAD), as a shop does before its
+// EVALSHAs: the proxy answers an EVALSHA of a script Redis does not hold
+// with NOSCRIPT, and in cluster mode, having seen its body, loads it on a
+// master promoted later.
+func foLoad(t *testing.T, addr string, s config.Script) {
+	t.Helper()
+	if r := hkMustDo(t, addr, "SCRIPT", "LOAD", s.Body); r != "$40\r\n"+s.SHA1()+"\r\n" {
+		t.Fatalf("SCRIPT LOAD %s = %q, want its SHA1 %s", s.Name, r, s.SHA1())
+	}
+}
+
 // foCutReplica makes replica miss what master writes for gap, as a link
 // that drops just before its master dies: replica is stopped (SIGSTOP, so
 // it cannot connect again) and master drops its link (what it sent is in
@@ -322,6 +334,7 @@ func TestHotKeyWaitReplicasUnacked(t *testing.T) {
 		c.Scripts = []config.Script{sc}
 	})
 	addr := e.ProxyAddr()
+	foLoad(t, addr, sc)
 	const short = "but only 0 of 1 replicas acknowledged it within 20ms; " + unackedText + "\r\n"
 	for _, st := range []struct {
 		cmd  []string
