@@ -399,6 +399,43 @@ bench_start_cluster() {
 	done
 }
 
+# bench_add_replicas [EXTRA ARGS...]: gives each master of bench_start_cluster
+# a replica: a cluster-enabled redis-server that the first node MEETs and
+# that CLUSTER REPLICATEs its master, the full sync started at once
+# (repl-diskless-sync-delay 0 on the masters: Redis 7's default holds it 5 s).
+# Waits (up to 30 s) until each replica's link is up and its offset is its
+# master's. Sets REPLICA_PORTS (in the masters' order).
+bench_add_replicas() {
+	local i port bus dir id info deadline
+	REPLICA_PORTS=()
+	for ((i = 0; i < ${#CLUSTER_PORTS[@]}; i++)); do
+		redis-cli -h 127.0.0.1 -p "${CLUSTER_PORTS[i]}" config set repl-diskless-sync-delay 0 >/dev/null
+		port=$(bench_free_port "${CLUSTER_PORTS[@]}" "${REPLICA_PORTS[@]}")
+		bus=$(bench_free_port "${CLUSTER_PORTS[@]}" "${REPLICA_PORTS[@]}" "$port")
+		dir=$BENCH_TMP/replica-$i
+		mkdir -p "$dir"
+		bench_redis_server "redis-replica-$i" "$port" "$dir" "$dir/redis.log" \
+			--cluster-enabled yes --cluster-config-file nodes.conf --cluster-port "$bus" "$@"
+		REPLICA_PORTS+=("$port")
+		redis-cli -h 127.0.0.1 -p "${CLUSTER_PORTS[0]}" cluster meet 127.0.0.1 "$port" "$bus" | grep -qx OK ||
+			bench_die "CLUSTER MEET 127.0.0.1 $port $bus failed"
+	done
+	for ((i = 0; i < ${#CLUSTER_PORTS[@]}; i++)); do
+		id=$(redis-cli -h 127.0.0.1 -p "${CLUSTER_PORTS[i]}" cluster myid)
+		deadline=$((SECONDS + 30))
+		# CLUSTER REPLICATE fails with "Unknown node" until gossip told it.
+		until redis-cli -h 127.0.0.1 -p "${REPLICA_PORTS[i]}" cluster replicate "$id" 2>/dev/null | grep -qx OK; do
+			((SECONDS < deadline)) || bench_die "replica :${REPLICA_PORTS[i]} cannot replicate $id"
+			sleep 0.05
+		done
+		until info=$(redis-cli -h 127.0.0.1 -p "${CLUSTER_PORTS[i]}" info replication | tr -d '\r') &&
+			grep -q "^slave0:.*state=online,offset=$(sed -n 's/^master_repl_offset://p' <<<"$info")," <<<"$info"; do
+			((SECONDS < deadline)) || bench_die "replica :${REPLICA_PORTS[i]} not in sync within 30s"
+			sleep 0.05
+		done
+	done
+}
+
 # bench_start_proxy UPSTREAM [YAML LINES...]: starts hotkeyproxy in front of
 # UPSTREAM, a port on 127.0.0.1 or a list host:port[,host:port...] (the
 # seeds of a cluster, with the YAML line 'upstream: {mode: cluster}'), with a

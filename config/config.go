@@ -240,6 +240,20 @@ type KeyRule struct {
 	// Route is RouteRandom or RouteClient. Default (and when empty in the
 	// file) "random".
 	Route string `yaml:"route"`
+	// WaitReplicas makes every change of a bucket of a matching key (a
+	// deduct, a give back, a SET, a move between buckets) wait, before the
+	// client is answered, until this many replicas of the bucket's master
+	// have it (Redis's WAIT, on the connection that wrote it): then a
+	// failover cannot lose it. When fewer acknowledge within WaitTimeout,
+	// the client gets an error saying that the change was applied but may
+	// be lost on failover. 0 (the default) does not wait: Redis
+	// replicates asynchronously. Must not be negative, nor exceed the
+	// replicas each master has, or every change gets that error.
+	WaitReplicas int `yaml:"wait_replicas"`
+	// WaitTimeout bounds that wait, in whole milliseconds as WAIT takes
+	// it. With WaitReplicas set it must be 1ms or more and below
+	// upstream.read_timeout; default (and when 0) 100ms.
+	WaitTimeout Duration `yaml:"wait_timeout"`
 	// Journal makes every change of a matching key's buckets (deducts,
 	// give-backs, SETs, moves between buckets) append an entry to a
 	// Redis stream per bucket, in the same Lua step as the change; the
@@ -248,6 +262,9 @@ type KeyRule struct {
 	// false.
 	Journal bool `yaml:"journal"`
 }
+
+// DefaultWaitTimeout is a KeyRule's WaitTimeout when the file sets none.
+const DefaultWaitTimeout = Duration(100 * time.Millisecond)
 
 // Detect configures the hot-key detector.
 type Detect struct {
@@ -275,6 +292,11 @@ type Detect struct {
 	// Demote turns promoted keys back into plain keys once they stay
 	// below the threshold. Default false: a promoted key stays hot.
 	Demote bool `yaml:"demote"`
+	// WaitReplicas and WaitTimeout are KeyRule's, for the keys hot
+	// without a rule: promoted, sharded by PROXY SHARD, or learned from
+	// Redis. Default 0 and 100ms.
+	WaitReplicas int      `yaml:"wait_replicas"`
+	WaitTimeout  Duration `yaml:"wait_timeout"`
 	// Journal journals the keys made hot without a hotkeys.keys rule
 	// (promoted by the detector, or by PROXY SHARD) as KeyRule.Journal
 	// does. Default false.
@@ -341,10 +363,11 @@ func Default() *Config {
 		Log:             Log{Level: LevelInfo, Format: FormatText},
 		Hotkeys: Hotkeys{
 			Detect: Detect{
-				SampleRate: 0.01,
-				Window:     Duration(time.Second),
-				Threshold:  5000,
-				Capacity:   10000,
+				SampleRate:  0.01,
+				Window:      Duration(time.Second),
+				Threshold:   5000,
+				Capacity:    10000,
+				WaitTimeout: DefaultWaitTimeout,
 			},
 			SoldoutTTL:  Duration(100 * time.Millisecond),
 			MoveTimeout: Duration(2 * time.Second),
@@ -360,6 +383,9 @@ func (c *Config) applyDefaults() {
 	for i := range c.Hotkeys.Keys {
 		if c.Hotkeys.Keys[i].Route == "" {
 			c.Hotkeys.Keys[i].Route = RouteRandom
+		}
+		if c.Hotkeys.Keys[i].WaitTimeout == 0 {
+			c.Hotkeys.Keys[i].WaitTimeout = DefaultWaitTimeout
 		}
 	}
 	if len(c.Upstream.Addrs) == 0 {
@@ -476,8 +502,10 @@ func (c *Config) validate() []*Error {
 		default:
 			v.errorf(p+".route", `must be "random" or "client", got %q`, k.Route)
 		}
+		v.wait(p, k.WaitReplicas, k.WaitTimeout, c.Upstream.ReadTimeout)
 	}
 	d := &h.Detect
+	v.wait("hotkeys.detect", d.WaitReplicas, d.WaitTimeout, c.Upstream.ReadTimeout)
 	if !(d.SampleRate > 0 && d.SampleRate <= 1) {
 		v.errorf("hotkeys.detect.sample_rate", "must be in (0, 1], got %v", d.SampleRate)
 	}
@@ -580,6 +608,22 @@ func (v *validator) addr(key, addr string, listen bool) bool {
 		return false
 	}
 	return true
+}
+
+// wait checks the wait_replicas and wait_timeout under prefix: WAIT's
+// timeout is whole milliseconds (0 would wait forever), and a wait as long
+// as the read timeout would fail as a timeout instead.
+func (v *validator) wait(prefix string, replicas int, timeout, readTimeout Duration) {
+	if replicas < 0 {
+		v.errorf(prefix+".wait_replicas", "must be >= 0, got %d", replicas)
+	}
+	switch {
+	case replicas <= 0:
+	case timeout < Duration(time.Millisecond):
+		v.errorf(prefix+".wait_timeout", "must be 1ms or more, got %s", timeout)
+	case timeout >= readTimeout:
+		v.errorf(prefix+".wait_timeout", "must be below upstream.read_timeout (%s), got %s", readTimeout, timeout)
+	}
 }
 
 func (v *validator) positive(key string, d Duration) {

@@ -77,7 +77,7 @@ func TestShippedProxyYAML(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Default()
-	want.Hotkeys.Keys = []KeyRule{{Match: "stock:sku:1001", Buckets: 8, Route: RouteRandom}}
+	want.Hotkeys.Keys = []KeyRule{{Match: "stock:sku:1001", Buckets: 8, Route: RouteRandom, WaitTimeout: DefaultWaitTimeout}}
 	want.Scripts = articleScripts
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("../proxy.yaml loads as\n%s\nwant\n%s", got, want)
@@ -121,19 +121,21 @@ func TestValidFile(t *testing.T) {
 		Log:             Log{Level: LevelDebug, Format: FormatJSON},
 		Hotkeys: Hotkeys{
 			Keys: []KeyRule{
-				{Match: "stock:sku:*", Route: RouteRandom},
-				{Match: "stock:sku:1001", Buckets: 16, Route: RouteClient, Journal: true},
+				{Match: "stock:sku:*", Route: RouteRandom, WaitTimeout: DefaultWaitTimeout},
+				{Match: "stock:sku:1001", Buckets: 16, Route: RouteClient, WaitReplicas: 1, WaitTimeout: Duration(250 * time.Millisecond), Journal: true},
 			},
 			Detect: Detect{
-				Enabled:    true,
-				SampleRate: 1,
-				Window:     Duration(2 * time.Second),
-				Threshold:  100.5,
-				Capacity:   50,
-				Promote:    []string{"stock:*", "seckill:?:count"},
-				DryRun:     true,
-				Demote:     true,
-				Journal:    true,
+				Enabled:      true,
+				SampleRate:   1,
+				Window:       Duration(2 * time.Second),
+				Threshold:    100.5,
+				Capacity:     50,
+				Promote:      []string{"stock:*", "seckill:?:count"},
+				DryRun:       true,
+				Demote:       true,
+				WaitReplicas: 2,
+				WaitTimeout:  Duration(50 * time.Millisecond),
+				Journal:      true,
 			},
 			ReadStaleness: Duration(250 * time.Millisecond),
 			MoveTimeout:   Duration(500 * time.Millisecond),
@@ -205,6 +207,10 @@ func TestInvalidFixtures(t *testing.T) {
 		{"hotkeys-buckets-one", "hotkeys.keys[0].buckets: must be 0 (default) or 2..1024, got 1"},
 		{"hotkeys-buckets-too-many", "hotkeys.keys[0].buckets: must be 0 (default) or 2..1024, got 1025"},
 		{"hotkeys-route", `hotkeys.keys[0].route: must be "random" or "client", got "roundrobin"`},
+		{"hotkeys-wait-replicas-negative", "hotkeys.keys[0].wait_replicas: must be >= 0, got -1"},
+		{"hotkeys-wait-timeout-short", "hotkeys.keys[0].wait_timeout: must be 1ms or more, got 500µs"},
+		{"hotkeys-wait-timeout-long", "hotkeys.keys[0].wait_timeout: must be below upstream.read_timeout (5s), got 5s"},
+		{"detect-wait-timeout-zero", "hotkeys.detect.wait_timeout: must be 1ms or more, got 0s"},
 		{"hotkeys-keys-mapping", "hotkeys.keys: want a list, got a mapping"},
 		{"detect-sample-rate-zero", "hotkeys.detect.sample_rate: must be in (0, 1]"},
 		{"detect-sample-rate-over-one", "hotkeys.detect.sample_rate: must be in (0, 1], got 1.5"},

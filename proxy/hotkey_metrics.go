@@ -19,6 +19,7 @@ type hotKeyCollector struct {
 
 	deducts, unitsSold, soldOutLocal, readsLocal, ringHops, upstreamCalls *prometheus.Desc
 	bucketValue, bucketsLost, lostUnits, movesRecovered                   *prometheus.Desc
+	waitsShort                                                            *prometheus.Desc
 	tracked, topRate, promotions, demotions                               *prometheus.Desc
 }
 
@@ -47,6 +48,8 @@ func newHotKeyCollector(srv *Server) *hotKeyCollector {
 			"Units the lost buckets of a hot key's layout held when last seen, as recorded by the proxy that found each lost first.", key, nil),
 		movesRecovered: prometheus.NewDesc("hotkeyproxy_hotkey_moves_recovered_total",
 			"Moves of stock between a hot key's buckets left half done (their proxy died or lost Redis) that this proxy finished or undid.", key, nil),
+		waitsShort: prometheus.NewDesc("hotkeyproxy_hotkey_replica_waits_short_total",
+			"WAITs after a change of a hot key's buckets that fewer replicas than the rule's wait_replicas acknowledged within its wait_timeout: the change was applied on its master, the client told it may be lost on failover.", key, nil),
 		tracked: prometheus.NewDesc("hotkeyproxy_detector_keys_tracked",
 			"Keys the detector counts now (at most hotkeys.detect.capacity).", nil, nil),
 		topRate: prometheus.NewDesc("hotkeyproxy_detector_top_key_ops_per_second",
@@ -62,7 +65,7 @@ func newHotKeyCollector(srv *Server) *hotKeyCollector {
 // Describe implements prometheus.Collector.
 func (c *hotKeyCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.deducts, c.unitsSold, c.soldOutLocal, c.readsLocal, c.ringHops, c.upstreamCalls,
-		c.bucketValue, c.bucketsLost, c.lostUnits, c.movesRecovered, c.tracked, c.topRate, c.promotions, c.demotions} {
+		c.bucketValue, c.bucketsLost, c.lostUnits, c.movesRecovered, c.waitsShort, c.tracked, c.topRate, c.promotions, c.demotions} {
 		ch <- d
 	}
 }
@@ -83,6 +86,7 @@ func (c *hotKeyCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.upstreamCalls, k.UpstreamCalls, k.Key)
 		counter(c.bucketsLost, k.BucketsLost, k.Key)
 		counter(c.movesRecovered, k.MovesRecovered, k.Key)
+		counter(c.waitsShort, k.WaitsShort, k.Key)
 		ch <- prometheus.MustNewConstMetric(c.lostUnits, prometheus.GaugeValue, float64(k.LostUnits), k.Key)
 		for i, v := range k.Buckets {
 			ch <- prometheus.MustNewConstMetric(c.bucketValue, prometheus.GaugeValue, float64(v), k.Key, strconv.Itoa(i))

@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha1"
 	"encoding/hex"
 	"errors"
@@ -208,15 +209,17 @@ func (e *Engine) set(h *hotKey, args [][]byte) ([]byte, error) {
 			bucketExpiry = [][]byte{[]byte("PX"), strconv.AppendInt(nil, ttl, 10)}
 		}
 	}
-	if err := e.writeShares(h, l, total, bucketExpiry); err != nil {
+	unacked, err := e.writeShares(h, l, total, bucketExpiry)
+	if err != nil {
 		return nil, err
 	}
 	setMarker := append([][]byte{[]byte("SET"), key, l.Marker()}, args[3:]...)
-	r, err := e.relay(h, Request{Key: key, Args: setMarker})
-	if err != nil {
+	r, markUnacked := e.sendChange(h, Request{Key: key, Args: setMarker})
+	if err := replyErr(r); err != nil {
 		e.discard(h, l)
 		return nil, err
 	}
+	unacked = cmp.Or(unacked, markUnacked)
 	var wasSet bool // with GET, the reply is the old value: NX and XX say
 	switch {
 	case !get:
@@ -242,6 +245,8 @@ func (e *Engine) set(h *hotKey, args [][]byte) ([]byte, error) {
 		}
 	}
 	switch {
+	case wasSet && unacked != nil:
+		return nil, unacked
 	case get:
 		return old, nil
 	case wasSet:
@@ -250,18 +255,28 @@ func (e *Engine) set(h *hotKey, args [][]byte) ([]byte, error) {
 	return redcon.AppendNull(nil), nil
 }
 
-// writeShares writes total over the buckets of l, each with expiry.
-func (e *Engine) writeShares(h *hotKey, l *Layout, total int64, expiry [][]byte) error {
+// writeShares writes total over the buckets of l, each with expiry;
+// unacked is the first write short of the replicas the rule waits for.
+func (e *Engine) writeShares(h *hotKey, l *Layout, total int64, expiry [][]byte) (unacked, err error) {
 	calls := make([]scriptCall, l.N())
 	for i := range calls {
 		calls[i] = e.shareCall(l, i, l.Share(total, i), expiry...)
 	}
-	for _, r := range e.evalAll(h, calls) {
+	// Each share stands once written: one short of the replicas is said
+	// in SET's reply, not taken for a failed write.
+	send := func(h *hotKey, reqs []Request) [][]byte {
+		replies, short := e.sendChanges(h, reqs)
+		for _, u := range short {
+			unacked = cmp.Or(unacked, u)
+		}
+		return replies
+	}
+	for _, r := range e.evalAllBy(h, calls, send) {
 		if err := replyErr(r); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return unacked, nil
 }
 
 // dropBuckets deletes the buckets of a layout that no key names, with

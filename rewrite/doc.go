@@ -83,6 +83,19 @@
 //     PROXY HOTKEYS, and recorded in Redis (Layout.LostKey) with the
 //     units last seen in it, for reconciliation.
 //
+// # Waiting for replicas
+//
+// A rule's wait_replicas makes every request that changes a bucket of its
+// keys (the bucket scripts, a SET's writes) be followed by WAIT on the same
+// connection (Request.Follows), so that the client is answered only once
+// that many replicas have the change; WAIT counts what its own connection
+// wrote, and nothing else covers it. A change short of them stands on its
+// master: a deduct or give back is answered with an unackedError that
+// says so (the ring does not go on to another bucket: the unit is taken),
+// and a step of a move is treated as a node failure, left for whoever
+// looks next, so that no apply rests on a take a failover may undo and no
+// intent ends on an apply it may undo.
+//
 // # Moves between buckets
 //
 // Buckets sit on different masters, so no one Lua step covers both ends

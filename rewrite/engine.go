@@ -17,13 +17,19 @@ import (
 type Request struct {
 	Key  []byte
 	Args [][]byte
+	// Follows sends the request (Key unused) on the connection of the
+	// request before it in the same Do, right after it, and again after
+	// it whenever that one is sent again (a redirection, a retry): for
+	// WAIT, which counts what its own connection wrote.
+	Follows bool
 }
 
 // Upstream is how the engine reaches Redis.
 type Upstream interface {
 	// Do sends each request to the master serving its key's slot, all at
 	// once, and returns the raw replies in order; a request that could
-	// not be sent gets an error reply.
+	// not be sent gets an error reply. The requests to one master go on
+	// one connection, in order.
 	Do(reqs []Request) [][]byte
 	// Placement reports the masters serving slots now: how many, and the
 	// index of the one serving a slot (-1 for none). A standalone server
@@ -96,6 +102,9 @@ type settings struct {
 	// moveTimeout is hotkeys.move_timeout: a move between buckets left
 	// unfinished is finished by any proxy within it.
 	moveTimeout time.Duration
+	// unruledWait is hotkeys.detect's wait_replicas and wait_timeout, for
+	// the keys hot without a rule.
+	unruledWait config.Detect
 	// promotedJournal is hotkeys.detect.journal: a key made hot without
 	// a rule gets a journaled layout; journalMaxlen hotkeys.journal_maxlen.
 	promotedJournal bool
@@ -119,9 +128,10 @@ func New(up Upstream, cfg *config.Config, log *slog.Logger) *Engine {
 }
 
 // Reload applies cfg's hot-key rules, deduct scripts, soldout_ttl,
-// read_staleness, move_timeout and the journal settings (for the layouts
-// made from then on; journal_maxlen at once); the upstream mode is fixed
-// at New. A key that a rule no
+// read_staleness, move_timeout, the detect settings' wait_replicas and
+// wait_timeout and the journal settings (for the layouts made from then
+// on; journal_maxlen at once); the upstream mode is fixed at New. A key
+// that a rule no
 // longer names keeps its buckets and stays hot while it holds a layout, as
 // a learned key does: dropping a rule never strands stock (PROXY UNSHARD
 // merges it).
@@ -132,6 +142,7 @@ func (e *Engine) Reload(cfg *config.Config) {
 		soldoutTTL:  cfg.Hotkeys.SoldoutTTL.Duration(),
 		staleness:   cfg.Hotkeys.ReadStaleness.Duration(),
 		moveTimeout: cfg.Hotkeys.MoveTimeout.Duration(),
+		unruledWait: cfg.Hotkeys.Detect,
 
 		promotedJournal: cfg.Hotkeys.Detect.Journal,
 		journalMaxlen:   cfg.Hotkeys.JournalMaxlen,

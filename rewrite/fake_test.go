@@ -62,7 +62,10 @@ func (f *fakeUpstream) Do(reqs []Request) [][]byte {
 			continue
 		}
 		got := f.render(r)
-		if !slices.ContainsFunc(r.Args, func(a []byte) bool { return bytes.Equal(a, r.Key) }) {
+		if r.Follows && (i == 0 || !bytes.Equal(reqs[i-1].Key, r.Key)) {
+			f.t.Fatalf("request %d %q follows no request for %q", f.next+1, got, r.Key)
+		}
+		if !r.Follows && !slices.ContainsFunc(r.Args, func(a []byte) bool { return bytes.Equal(a, r.Key) }) {
 			f.t.Fatalf("request %d %q is routed by %q, none of its arguments", f.next+1, got, r.Key)
 		}
 		if f.next == len(f.want) {
@@ -183,13 +186,24 @@ const (
 // -1 when sold out.
 func testEngine(t *testing.T, route string, start int, want []exchange) (*Engine, *fakeUpstream, *fakeClock) {
 	t.Helper()
+	return testEngineOf(t, testEngineConfig(config.KeyRule{Match: "k", Buckets: 4, Route: route}), start, want)
+}
+
+// testEngineConfig is the config of testEngine, with rule for key "k".
+func testEngineConfig(rule config.KeyRule) *config.Config {
 	cfg := config.Default()
-	cfg.Hotkeys.Keys = []config.KeyRule{{Match: "k", Buckets: 4, Route: route}}
+	cfg.Hotkeys.Keys = []config.KeyRule{rule}
 	cfg.Hotkeys.SoldoutTTL = config.Duration(100 * time.Millisecond)
 	cfg.Scripts = []config.Script{
 		{Name: "deduct-one", Body: deductOne, Amount: config.Amount{Const: 1}, Soldout: -1},
 		{Name: "deduct-n", Body: deductN, Amount: config.Amount{ArgvIndex: 1}, Soldout: -1},
 	}
+	return cfg
+}
+
+// testEngineOf is testEngine with cfg.
+func testEngineOf(t *testing.T, cfg *config.Config, start int, want []exchange) (*Engine, *fakeUpstream, *fakeClock) {
+	t.Helper()
 	f := &fakeUpstream{t: t, want: want}
 	e := New(f, cfg, slog.New(slog.DiscardHandler))
 	c := &fakeClock{now: time.Unix(1_700_000_000, 0)}

@@ -19,9 +19,11 @@ type keyConf struct {
 
 // keyConf is what the rules say of key now.
 func (e *Engine) keyConf(key []byte) *keyConf {
-	rule, ok := e.settings.Load().registry.Lookup(key)
+	st := e.settings.Load()
+	rule, ok := st.registry.Lookup(key)
 	if !ok {
-		rule = config.KeyRule{Match: string(key), Route: config.RouteRandom, Journal: e.settings.Load().promotedJournal}
+		rule = config.KeyRule{Match: string(key), Route: config.RouteRandom, Journal: st.promotedJournal,
+			WaitReplicas: st.unruledWait.WaitReplicas, WaitTimeout: st.unruledWait.WaitTimeout}
 	}
 	return &keyConf{rule: rule, configured: ok}
 }

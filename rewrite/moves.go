@@ -243,7 +243,9 @@ func (e *Engine) lose(h *hotKey, l *Layout, buckets ...int) error {
 			strconv.AppendInt(nil, recheck.Milliseconds(), 10))
 	}
 	var lost error
-	for i, r := range e.evalAll(h, calls) {
+	// Not waited for (wait_replicas): a record a failover loses is written
+	// again by whoever finds the bucket missing next.
+	for i, r := range e.evalAllBy(h, calls, e.send) {
 		a, units, ok := pair(r)
 		b := buckets[i]
 		switch {

@@ -235,7 +235,9 @@ return {2, tonumber(string.match(redis.call('hget', KEYS[2], ARGV[2]), '^(%S+)')
 
 // eval runs a bucket script on the node of route: EVALSHA, then EVAL when
 // the node has not got it. {a, b} is the script's reply; the error is the
-// node's, or a redisError holding a reply that is not a pair.
+// node's, or a redisError holding a reply that is not a pair, or an
+// unackedError with {a, b} set: the script ran, and its change is short of
+// the replicas the rule waits for.
 func (e *Engine) eval(h *hotKey, s *bucketScript, route []byte, keys [][]byte, argv ...[]byte) (a, b int64, err error) {
 	return e.run(h, newScriptCall(s, route, keys, argv...))
 }
@@ -243,16 +245,16 @@ func (e *Engine) eval(h *hotKey, s *bucketScript, route []byte, keys [][]byte, a
 // run is eval of one call.
 func (e *Engine) run(h *hotKey, c scriptCall) (a, b int64, err error) {
 	args := c.args
-	r := e.send(h, []Request{{Key: c.route, Args: args}})[0]
+	r, unacked := e.sendChange(h, Request{Key: c.route, Args: args})
 	if noScript(r) {
 		args[0], args[1] = []byte("EVAL"), c.s.body
-		r = e.send(h, []Request{{Key: c.route, Args: args}})[0]
+		r, unacked = e.sendChange(h, Request{Key: c.route, Args: args})
 	}
 	a, b, ok := pair(r)
 	if !ok {
 		return 0, 0, &redisError{reply: r}
 	}
-	return a, b, nil
+	return a, b, unacked
 }
 
 // scriptCall is one run of a bucket script, for evalAll; or, with s nil,
@@ -269,8 +271,16 @@ func newScriptCall(s *bucketScript, route []byte, keys [][]byte, argv ...[]byte)
 
 // evalAll runs calls all at once: EVALSHA (a plain command as it is),
 // then EVAL again, all at once, for those whose node had not got the
-// script. The raw replies, in order.
+// script. The raw replies, in order; a call whose change is short of the
+// replicas the rule waits for gets its unackedError as its reply, so that
+// the step counts as failed and is left for whoever looks next.
 func (e *Engine) evalAll(h *hotKey, calls []scriptCall) [][]byte {
+	return e.evalAllBy(h, calls, e.sendEach)
+}
+
+// evalAllBy is evalAll sending by send: sendEach, or send for records
+// that anyone writes again when a failover loses them.
+func (e *Engine) evalAllBy(h *hotKey, calls []scriptCall, send func(*hotKey, []Request) [][]byte) [][]byte {
 	if len(calls) == 0 {
 		return nil
 	}
@@ -278,7 +288,7 @@ func (e *Engine) evalAll(h *hotKey, calls []scriptCall) [][]byte {
 	for i, c := range calls {
 		reqs[i] = Request{Key: c.route, Args: c.args}
 	}
-	replies := e.send(h, reqs)
+	replies := send(h, reqs)
 	var again []Request
 	var at []int
 	for i, r := range replies {
@@ -289,7 +299,7 @@ func (e *Engine) evalAll(h *hotKey, calls []scriptCall) [][]byte {
 		}
 	}
 	if len(again) > 0 {
-		for j, r := range e.send(h, again) {
+		for j, r := range send(h, again) {
 			replies[at[j]] = r
 		}
 	}
@@ -332,15 +342,16 @@ func pair(r []byte) (a, b int64, ok bool) {
 // bucketOp runs a bucket script on bucket b of l with one argument, arg
 // (journaled with order, when l is), and reads its {a, b} reply; a
 // missing bucket is what lose makes of it: errGone (h forgotten), or a
-// lostError when the bucket alone is lost.
+// lostError when the bucket alone is lost. With an unackedError, x and y
+// are the reply of the script that ran.
 func (e *Engine) bucketOp(h *hotKey, l *Layout, b int, s *bucketScript, arg int64, order []byte) (x, y int64, err error) {
 	key := l.Bucket(b)
 	x, y, err = e.run(h, e.bucketCall(l, b, s, order, [][]byte{key}, strconv.AppendInt(nil, arg, 10)))
 	switch {
-	case err != nil:
+	case err != nil && !isUnacked(err):
 		return 0, 0, err
 	case x == -2:
 		return 0, 0, e.lose(h, l, b)
 	}
-	return x, y, nil
+	return x, y, err // an unackedError: the change stands, x and y say what it was
 }

@@ -19,6 +19,7 @@ type keyCounters struct {
 	upstreamCalls  atomic.Uint64 // commands sent to Redis for the key
 	bucketsLost    atomic.Uint64 // buckets this proxy found lost, each once per layout
 	movesRecovered atomic.Uint64 // moves left unfinished by another (or an earlier) proxy that this one finished
+	waitsShort     atomic.Uint64 // WAITs after a bucket change short of the rule's wait_replicas
 }
 
 // KeyStats is what PROXY HOTKEYS and the metrics show of one hot key: its
@@ -51,6 +52,13 @@ type KeyStats struct {
 	// (their proxy died or lost Redis half way) that this proxy finished
 	// or undid.
 	MovesRecovered uint64
+	// WaitsShort counts the WAITs after requests that change buckets
+	// (deducts, give backs, SETs, steps of moves) that fewer replicas than
+	// the rule's wait_replicas acknowledged in time. A change they
+	// followed is answered with an error: applied, it may be lost on
+	// failover. (A deduct script run on a bucket too short to cover it
+	// changed nothing, and its short WAIT is counted all the same.)
+	WaitsShort uint64
 }
 
 // Met is the number of hot keys this proxy has met.
@@ -84,6 +92,7 @@ func (e *Engine) Stats() []KeyStats {
 			UpstreamCalls:  c.upstreamCalls.Load(),
 			BucketsLost:    c.bucketsLost.Load(),
 			MovesRecovered: c.movesRecovered.Load(),
+			WaitsShort:     c.waitsShort.Load(),
 		}
 		if l := h.layout.Load(); l != nil {
 			for b := range l.N() {

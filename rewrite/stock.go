@@ -153,16 +153,20 @@ func (e *Engine) deduct(h *hotKey, l *Layout, amount int64, client uint64, order
 	return false, nil
 }
 
-// tryDeduct runs the deduct script on bucket b: ok when b covered amount.
+// tryDeduct runs the deduct script on bucket b: ok when b covered amount,
+// with an unackedError when b's replicas did not acknowledge the take.
 // order is the caller's order id, for the journal (nil: none).
 func (e *Engine) tryDeduct(h *hotKey, l *Layout, b int, amount int64, order []byte) (ok bool, err error) {
 	h.count.ringHops.Add(1)
 	got, v, err := e.bucketOp(h, l, b, scriptDeduct, amount, order)
-	if err != nil {
+	if err != nil && !isUnacked(err) {
 		return false, err
 	}
 	h.last[b].Store(v)
-	return got == 1, nil
+	if got != 1 {
+		return false, nil // nothing taken: no change to be lost
+	}
+	return true, err
 }
 
 // consolidate moves stock from the other buckets into bucket 0 until it
@@ -216,11 +220,11 @@ func (e *Engine) decrBy(h *hotKey, l *Layout, amount int64, client uint64) (cove
 		}
 	}
 	_, v, err := e.bucketOp(h, l, 0, scriptAdd, -amount, nil)
-	if err != nil {
+	if err != nil && !isUnacked(err) {
 		return false, err
 	}
 	h.last[0].Store(v)
-	return v >= 0, nil
+	return v >= 0, err
 }
 
 // incrBy gives amount (>= 0) back, to bucket 0: a debt there (another
@@ -229,10 +233,10 @@ func (e *Engine) decrBy(h *hotKey, l *Layout, amount int64, client uint64) (cove
 // key would have none. One call; INCRs do not spread over the buckets.
 func (e *Engine) incrBy(h *hotKey, l *Layout, amount int64) error {
 	_, v, err := e.bucketOp(h, l, 0, scriptAdd, amount, nil)
-	if err != nil {
+	if err != nil && !isUnacked(err) {
 		return err
 	}
 	h.last[0].Store(v)
 	h.soldAt.Store(0) // stock is back
-	return nil
+	return err
 }

@@ -94,7 +94,8 @@ func (u *Redis) Verify(req []byte) ([]byte, error) {
 
 // Do implements rewrite.Upstream: in standalone mode all requests go in
 // one batch on a shared connection of db 0, where hot keys live; in
-// cluster mode each to its slot's master, redirections followed.
+// cluster mode each to its slot's master, redirections followed, a
+// follower (Request.Follows) with the request before it.
 func (u *Redis) Do(reqs []rewrite.Request) [][]byte {
 	replies := make([][]byte, len(reqs))
 	if c := u.Cluster; c != nil {
@@ -107,10 +108,14 @@ func (u *Redis) Do(reqs []rewrite.Request) [][]byte {
 		}
 		r := u.trips.Get().(*RoundTrip)
 		defer u.trips.Put(r)
+		var n *Node
 		for _, q := range reqs {
+			if q.Follows && n != nil {
+				r.QueueFollower(q.Args)
+				continue
+			}
 			slot := int(hashslot.Of(q.Key))
-			n := t.Slots[slot]
-			if n == nil {
+			if n = t.Slots[slot]; n == nil {
 				n = t.Masters[0] // it answers CLUSTERDOWN, which is retried
 			}
 			r.Queue(n, slot, nil, q.Args)

@@ -35,6 +35,7 @@ type clusterPart struct {
 	hops       int        // MOVED and ASK followed
 	waits      int        // TRYAGAIN and CLUSTERDOWN waited out
 	loaded     bool       // its script was loaded after a NOSCRIPT
+	follower   bool       // sent right after the part before it, wherever that goes
 	script     []byte     // EVALSHA's SHA1, to load the script on NOSCRIPT
 	reply      []byte     // nil until answered
 }
@@ -100,6 +101,17 @@ func (r *RoundTrip) Queue(n *Node, slot int, raw []byte, args [][]byte) {
 	r.reqBytes += len(nb.Req) - start
 	r.parts = append(r.parts, clusterPart{nb: nb, start: start, end: len(nb.Req), idx: nb.N, slot: slot})
 	nb.N++
+}
+
+// QueueFollower adds a request that follows the one queued last: sent
+// right after it on the same connection, and again right after it when
+// that one is redirected or retried (WAIT, which counts what its
+// connection wrote, must go where the write went). Its reply is
+// Reply(Len()-1); it is never redirected itself.
+func (r *RoundTrip) QueueFollower(args [][]byte) {
+	last := r.parts[len(r.parts)-1]
+	r.Queue(last.nb.node, -1, nil, args)
+	r.parts[len(r.parts)-1].follower = true
 }
 
 // MarkScript says the request queued last is an EVALSHA of the script
@@ -209,6 +221,8 @@ func (r *RoundTrip) collectRound() []*nodeBatch {
 		}
 		target, first, again := r.redirect(p)
 		switch {
+		case p.follower:
+			// Final unless the part it follows is sent again (below).
 		case target == nil:
 			if p.slot >= 0 {
 				if ran == nil {
@@ -255,6 +269,13 @@ func (r *RoundTrip) collectRound() []*nodeBatch {
 		rb.Req = append(rb.Req, p.nb.Req[p.start:p.end]...)
 		p.nb, p.start, p.end, p.idx, p.reply = rb, start, len(rb.Req), rb.N, nil
 		rb.N++
+		if f := rt.part + 1; f < len(r.parts) && r.parts[f].follower {
+			fp := &r.parts[f]
+			start := len(rb.Req)
+			rb.Req = append(rb.Req, fp.nb.Req[fp.start:fp.end]...)
+			fp.nb, fp.start, fp.end, fp.idx, fp.reply = rb, start, len(rb.Req), rb.N, nil
+			rb.N++
+		}
 	}
 	time.Sleep(wait)
 	return next

@@ -355,3 +355,43 @@ func TestClusterReady(t *testing.T) {
 		t.Errorf("Ready with a slot map: %v", err)
 	}
 }
+
+// TestRoundTripFollower: a follower goes on the connection of the request
+// before it, right after it, and again right after it wherever that one is
+// redirected: the WAIT of a write redirected by MOVED or ASK is answered
+// by the node that took the write.
+func TestRoundTripFollower(t *testing.T) {
+	for _, asking := range []bool{false, true} {
+		b := redistest.StartBackend(t, redistest.BackendOptions{Answer: answers(map[string][]string{
+			"ASKING": {"+OK\r\n"}, "INCR a": {":1\r\n"}, "WAIT 1 100": {":1\r\n"},
+		})})
+		redirect := fmt.Sprintf("-MOVED %d %s\r\n", slotA, b.Addr())
+		if asking {
+			redirect = fmt.Sprintf("-ASK %d %s\r\n", slotA, b.Addr())
+		}
+		a := redistest.StartBackend(t, redistest.BackendOptions{Answer: answers(map[string][]string{
+			"INCR a": {redirect}, "WAIT 1 100": {":0\r\n"}, "GET x": {"$-1\r\n"},
+		})})
+		c := testCluster(t)
+		c.serve(a.Addr())
+		cur, _, _ := c.Current()
+		r := NewRoundTrip(c, 0)
+		r.Queue(cur.Slots[slotA], int(slotA), nil, [][]byte{[]byte("INCR"), []byte("a")})
+		r.QueueFollower([][]byte{[]byte("WAIT"), []byte("1"), []byte("100")})
+		r.Queue(cur.Slots[slotA], -1, nil, [][]byte{[]byte("GET"), []byte("x")})
+		r.Run()
+		if got := []string{string(r.Reply(0)), string(r.Reply(1)), string(r.Reply(2))}; got[0] != ":1\r\n" || got[1] != ":1\r\n" || got[2] != "$-1\r\n" {
+			t.Errorf("asking %v: replies %q, want b's INCR and WAIT, a's GET", asking, got)
+		}
+		want := "INCR a\nWAIT 1 100"
+		if asking {
+			want = "ASKING\n" + want
+		}
+		if got := sent(b); got != want {
+			t.Errorf("asking %v: b got %q, want %q", asking, got, want)
+		}
+		if got := sent(a); got != "INCR a\nWAIT 1 100\nGET x" {
+			t.Errorf("asking %v: a got %q", asking, got)
+		}
+	}
+}
