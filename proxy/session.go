@@ -388,7 +388,9 @@ func (s *session) run(cmd *resp.Command, c *command, name []byte) {
 		}
 		s.monitoring = s.monitoring || string(name) == "monitor"
 		s.startStream()
-		s.forward(cmd)
+		if !s.streamSubscriptions(cmd, string(name)) {
+			s.forward(cmd) // MONITOR
+		}
 	case routeRefuse:
 		s.replyError("ERR " + refusedName(cmd.Args) + " is not supported by hotkeyproxy")
 	}

@@ -175,15 +175,38 @@ func (s *session) handleStreaming(cmd *resp.Command, name []byte) {
 		s.resetState()
 		return
 	}
+	if s.tx.open {
+		// A transaction opened before the stream (SUBSCRIBE queued):
+		// Redis queues what follows, the proxy's own requests to sync
+		// with the stream too, so everything goes as it is until EXEC.
+		if name := string(name); name == "exec" || name == "discard" {
+			s.endTx()
+		}
+		s.forward(cmd)
+		return
+	}
+	if s.proto == resp.RESP3 && string(name) == "multi" {
+		// Redis would queue what follows on the connection relay reads,
+		// where the proxy syncs with the stream by requests of its own,
+		// and a hot key's steps could not join the transaction.
+		s.streamReplyError("ERR hotkeyproxy: MULTI is not supported while subscribed; unsubscribe first")
+		return
+	}
 	if s.srv.up.Cluster != nil {
 		s.clusterStreaming(cmd, string(name))
 		return
 	}
-	if s.proto == resp.RESP3 && s.namesHotKey(cmd) {
-		var buf [24]byte
-		c, lname := lookup(cmd.Args, &buf)
-		s.streamAside(cmd, c, lname)
+	if s.streamSubscriptions(cmd, string(name)) {
 		return
+	}
+	if s.proto == resp.RESP3 {
+		var buf [24]byte
+		// The proxy answers for its clients (CLIENT, AUTH, SELECT …) and
+		// rewrites hot keys; Redis must not, on the client's connection.
+		if c, lname := lookup(cmd.Args, &buf); c.route == routeLocal || s.namesHotKey(cmd) {
+			s.streamAside(cmd, c, lname)
+			return
+		}
 	}
 	s.forward(cmd)
 }
@@ -314,42 +337,14 @@ func unsubscribeReplies(p resp.Proto, args [][]byte, name string) []byte {
 // with the stream: its node would answer MOVED first.
 func (s *session) clusterStreaming(cmd *resp.Command, name string) {
 	cs := &s.cs
-	switch name {
-	case "subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe":
-		unsub := strings.HasSuffix(name, "unsubscribe")
-		kind := "c" // subscribe, unsubscribe
-		if name[0] == 'p' || name[0] == 's' && name != "subscribe" {
-			kind = name[:1]
-		}
-		if kind == "s" && !s.shardChannelsHere(cmd.Args[1:]) {
-			s.streamReplyError(rediserr.CrossSlot)
-			return
-		}
-		if cs.subs == nil {
-			cs.subs = make(map[string]struct{})
-		}
-		switch {
-		case unsub && len(cmd.Args) == 1:
-			for ch := range cs.subs {
-				if strings.HasPrefix(ch, kind) {
-					delete(cs.subs, ch)
-				}
-			}
-		case unsub:
-			for _, ch := range cmd.Args[1:] {
-				delete(cs.subs, kind+string(ch))
-			}
-		default:
-			for _, ch := range cmd.Args[1:] {
-				cs.subs[kind+string(ch)] = struct{}{}
-			}
-		}
-		s.forward(cmd)
-		if len(cs.subs) == 0 && !cs.monitor {
-			s.tryEndStream()
-		}
+	if isShardSub(name) && !s.shardChannelsHere(cmd.Args[1:]) {
+		s.streamReplyError(rediserr.CrossSlot)
 		return
-	case "monitor":
+	}
+	if s.streamSubscriptions(cmd, name) {
+		return
+	}
+	if name == "monitor" {
 		cs.monitor = true
 	}
 	var buf [24]byte
@@ -364,6 +359,53 @@ func (s *session) clusterStreaming(cmd *resp.Command, name string) {
 		}
 	}
 	s.forward(cmd)
+}
+
+// isShardSub reports whether name is SSUBSCRIBE or SUNSUBSCRIBE.
+func isShardSub(name string) bool { return name == "ssubscribe" || name == "sunsubscribe" }
+
+// streamSubscriptions sends a (un)subscribe command of a streaming
+// client, and keeps count of its subscriptions as Redis does (sets of
+// channels, patterns, shard channels), so that it knows when the last one
+// is gone: the client then leaves the stream, and its commands are
+// handled (hot keys, CLIENT, routing) as any client's again. False when
+// cmd is no such command.
+func (s *session) streamSubscriptions(cmd *resp.Command, name string) bool {
+	cs := &s.cs
+	switch name {
+	case "subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe":
+	default:
+		return false
+	}
+	unsub := strings.HasSuffix(name, "unsubscribe")
+	kind := "c" // subscribe, unsubscribe
+	if name[0] == 'p' || isShardSub(name) {
+		kind = name[:1]
+	}
+	if cs.subs == nil {
+		cs.subs = make(map[string]struct{})
+	}
+	switch {
+	case unsub && len(cmd.Args) == 1:
+		for ch := range cs.subs {
+			if strings.HasPrefix(ch, kind) {
+				delete(cs.subs, ch)
+			}
+		}
+	case unsub:
+		for _, ch := range cmd.Args[1:] {
+			delete(cs.subs, kind+string(ch))
+		}
+	default:
+		for _, ch := range cmd.Args[1:] {
+			cs.subs[kind+string(ch)] = struct{}{}
+		}
+	}
+	s.forward(cmd)
+	if len(cs.subs) == 0 && !cs.monitor && !s.monitoring && !s.tx.open {
+		s.tryEndStream()
+	}
+	return true
 }
 
 // shardChannelsHere reports whether shard channels are served by the node

@@ -217,6 +217,14 @@ func (e *Engine) txStep(h *hotKey, name string, args [][]byte, deleted bool) ([]
 	if st == stateHot && l.Pending || st == stateHot && l.Merging {
 		return nil, &keyError{key: h.name, reason: "is changing its layout; try again"}
 	}
+	// The step has no journal entries and no WAIT of its own: refused
+	// rather than a change the journal or the replicas would not know of.
+	if st == stateHot && l.Journal && name != "get" {
+		return nil, refused(h.name, strings.ToUpper(name)+" of it is not supported inside MULTI: it is journaled")
+	}
+	if h.conf.Load().rule.WaitReplicas > 0 && name != "get" {
+		return nil, refused(h.name, strings.ToUpper(name)+" of it is not supported inside MULTI: its rule sets wait_replicas")
+	}
 	var marker []byte
 	if st == stateHot {
 		marker = l.Marker()
