@@ -26,30 +26,36 @@ type verifier struct {
 // Verify sends req, a client's AUTH (the password alone, or user and
 // password), to the node on its verification connection and returns
 // Redis's reply: +OK, or the error Redis gives (WRONGPASS…). The error is
-// the transport's, or the dial's; the dial timeout bounds the exchange.
+// the transport's, or the dial's; the dial timeout bounds each exchange.
+// A kept connection Redis closed meanwhile (its timeout setting, or the
+// user it was left authenticated as deleted) is dialed again once.
 func (p *Pool) Verify(req []byte) ([]byte, error) {
 	v := &p.verify
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.nc == nil {
-		nc, br, err := p.Dial(Key{})
-		if err != nil {
-			return nil, err
+	for kept := v.nc != nil; ; kept = false {
+		if v.nc == nil {
+			nc, br, err := p.Dial(Key{})
+			if err != nil {
+				return nil, err
+			}
+			v.nc, v.br = nc, br
 		}
-		v.nc, v.br = nc, br
-	}
-	v.nc.SetDeadline(time.Now().Add(p.timeout))
-	_, err := v.nc.Write(req)
-	var reply []byte
-	if err == nil {
-		reply, err = resp.ReadReply(v.br, nil)
-	}
-	if err != nil {
+		v.nc.SetDeadline(time.Now().Add(p.timeout))
+		_, err := v.nc.Write(req)
+		var reply []byte
+		if err == nil {
+			reply, err = resp.ReadReply(v.br, nil)
+		}
+		if err == nil {
+			return reply, nil
+		}
 		v.nc.Close()
 		v.nc, v.br = nil, nil
-		return nil, err
+		if !kept {
+			return nil, err
+		}
 	}
-	return reply, nil
 }
 
 func (v *verifier) close() {

@@ -3,6 +3,7 @@ package upstream
 import (
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -103,5 +104,28 @@ func TestLogins(t *testing.T) {
 	}
 	if _, err := again.Pool(node).Get(Key{}, 0); err != nil {
 		t.Errorf("Get on a Login made again: %v", err)
+	}
+}
+
+// TestVerifyRedials: a verification connection Redis closed while it was
+// kept (its timeout setting, or the user it was left authenticated as
+// deleted) costs the next client a dial, not an error.
+func TestVerifyRedials(t *testing.T) {
+	var auths atomic.Int64
+	be := redistest.StartBackend(t, redistest.BackendOptions{Answer: func(args []string) redistest.Reply {
+		if auths.Add(1) == 2 {
+			return redistest.Reply{Drop: true} // as Redis closing the kept connection
+		}
+		return redistest.Reply{Raw: "+OK\r\n"}
+	}})
+	p := testPool(t, dialer{addr: be.Addr()}, 1, nil)
+	auth := resp.AppendCommand(nil, []byte("AUTH"), []byte("alice"), []byte("secret"))
+	for i := range 2 {
+		if got, err := p.Verify(auth); err != nil || string(got) != "+OK\r\n" {
+			t.Fatalf("Verify %d: %q, %v; want +OK", i, got, err)
+		}
+	}
+	if n := be.Conns(); n != 2 {
+		t.Errorf("%d connections dialed, want 2 (the kept one, then one dialed again)", n)
 	}
 }
