@@ -156,3 +156,17 @@ func TestJournalTrimmed(t *testing.T) {
 		t.Fatalf("RECONCILE without a journal: %q", r)
 	}
 }
+
+// TestJournalBadEntry: an entry its predecessors do not explain (here one
+// written behind the proxy, with an amount that is no number) makes the
+// bucket differ, even when the buckets agree with the journal's sum.
+func TestJournalBadEntry(t *testing.T) {
+	e, u := journalEngine(t, 0)
+	e.Do(cmd("SET k 8"), 1, 0)
+	l := e.key([]byte("k")).layout.Load()
+	u.do("XADD", string(l.JournalKey(0)), "*", "key", "k", "bucket", "0", "op", "deduct", "amount", "zz", "after", "1000")
+	r := string(e.Reconcile([]byte("k")))
+	if !strings.Contains(r, bulk("differs")) || !strings.Contains(r, "is not what the entries before it make") {
+		t.Errorf("RECONCILE with a bad entry: %q", r)
+	}
+}

@@ -129,7 +129,10 @@ func (e *Engine) Reconcile(key []byte) []byte {
 			c.status = reconcileNoJournal
 		case exists == 0:
 			c.status = reconcileLost
-		case c.holds != c.says:
+		case c.holds != c.says, c.unexplained != "":
+			// An entry its predecessors do not explain is a change the
+			// journal does not hold (or a bad entry), even when the
+			// buckets happen to agree with the sum.
 			c.status = reconcileDiffers
 		default:
 			c.status = reconcileOK
@@ -276,6 +279,10 @@ func (c *bucketCheck) note(l *Layout, i int) string {
 	case reconcileLost:
 		s = b + " is lost (its key is missing); the journal says it held " + n(c.says) + " units"
 	case reconcileDiffers:
+		if c.holds == c.says {
+			s = b + " holds " + n(c.holds) + ", the sum of its journal, but entry " + c.unexplained + "'s value after is not what the entries before it make"
+			break
+		}
 		s = b + " holds " + n(c.holds) + ", the journal says " + n(c.says) + ": a difference of " + n(c.holds-c.says)
 		if c.unexplained != "" {
 			s += ", first seen at entry " + c.unexplained
