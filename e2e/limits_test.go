@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"log/slog"
@@ -127,24 +126,41 @@ func TestLimitSlowReader(t *testing.T) {
 	}()
 	reply := "$" + strconv.Itoa(size) + "\r\n" + value + "\r\n"
 	buf := make([]byte, 64<<10)
-	var got bytes.Buffer
+	// The replies are checked as they come, not kept: 100 MB held and
+	// compared here would be garbage collected work in the process the
+	// proxy runs in, and could pause this reader past the proxy's grace.
+	twice := reply + reply
+	read, differ := 0, false
+	var gap time.Duration // the longest this reader went without reading
+	last := time.Now()
 	c.nc.SetReadDeadline(time.Now().Add(60 * time.Second))
-	for got.Len() < n*len(reply) {
+	for read < n*len(reply) {
 		k, err := c.br.Read(buf)
 		if err != nil {
-			t.Fatalf("after %d bytes: %v", got.Len(), err)
+			t.Fatalf("after %d bytes: %v", read, err)
 		}
-		got.Write(buf[:k])
+		o := read % len(reply)
+		differ = differ || string(buf[:k]) != twice[o:o+k] // k < len(reply)
+		read += k
+		now := time.Now()
+		gap, last = max(gap, now.Sub(last)), now
 		time.Sleep(time.Millisecond) // about 64 KiB a millisecond at most
 	}
 	close(stop)
-	if got.String() != strings.Repeat(reply, n) {
+	if differ {
 		t.Error("the replies differ from what Redis holds")
+	}
+	m := <-most
+	if gap >= 900*time.Millisecond {
+		// A client that reads nothing for a second is read on (proxy
+		// doc): this one was held up itself, so no bound applies.
+		t.Logf("the reader itself paused %v; the proxy held up to %v bytes", gap, m)
+		return
 	}
 	// 1 MiB pending, a first batch of up to 128 replies (12.5 MiB), the
 	// buffers kept.
-	if m := <-most; m > 32<<20 {
-		t.Errorf("the proxy held up to %v bytes for a slow reader, want about max_pending_output (1mb)", m)
+	if m > 32<<20 {
+		t.Errorf("the proxy held up to %v bytes for a slow reader (which paused at most %v), want about max_pending_output (1mb)", m, gap)
 	}
 }
 
