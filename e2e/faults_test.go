@@ -492,7 +492,10 @@ func TestSelectOutOfRangeDialsOnce(t *testing.T) {
 		fmt.Sscanf(info[strings.Index(info, "total_connections_received:"):], "total_connections_received:%d", &n)
 		return n
 	}
-	if n := conns(direct.do("INFO", "stats")) - conns(before); n > 3 {
+	// At most: the refused dial, db 3's shared connection, and the spare
+	// own connections kept for db 0 (dialed as the client came, maybe
+	// after before was read) and db 3.
+	if n := conns(direct.do("INFO", "stats")) - conns(before); n > 4 {
 		t.Errorf("200 refused SELECTs opened %d connections to Redis", n)
 	}
 }
