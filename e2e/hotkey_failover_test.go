@@ -73,7 +73,7 @@ func TestHotKeyFailover(t *testing.T) {
 			})
 			e := &clusterEnv{Cluster: cl, Proxy: startProxy(t, cfg), Cfg: cfg}
 			foWaitSynced(t, e.Cluster)
-			if r := hkMustDo(t, e.ProxyAddr(), "SET", "stock:fo", strconv.Itoa(foStock)); r != "+OK\r\n" {
+			if r := hkDo(t, e.ProxyAddr(), "SET", "stock:fo", strconv.Itoa(foStock)); r != "+OK\r\n" {
 				t.Fatalf("SET = %q", r)
 			}
 			foLoad(t, e.ProxyAddr(), jrScript)
@@ -281,7 +281,7 @@ func (s *foSale) other(text string) {
 // master promoted later.
 func foLoad(t *testing.T, addr string, s config.Script) {
 	t.Helper()
-	if r := hkMustDo(t, addr, "SCRIPT", "LOAD", s.Body); r != "$40\r\n"+s.SHA1()+"\r\n" {
+	if r := hkDo(t, addr, "SCRIPT", "LOAD", s.Body); r != "$40\r\n"+s.SHA1()+"\r\n" {
 		t.Fatalf("SCRIPT LOAD %s = %q, want its SHA1 %s", s.Name, r, s.SHA1())
 	}
 }
@@ -302,21 +302,6 @@ func foCutReplica(t *testing.T, master, replica *localredis.Server, gap time.Dur
 		t.Fatalf("CLIENT KILL TYPE replica on %s = %d, %v; want 1", master.Addr(), n, err)
 	}
 	time.Sleep(gap)
-}
-
-// hkMustDo sends one command to addr and returns its raw reply.
-func hkMustDo(t *testing.T, addr string, args ...string) string {
-	t.Helper()
-	c, err := hkDial(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.close()
-	r, err := c.doStr(args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
 }
 
 // foWaitSynced waits until every replica of the cluster has its master's
@@ -414,7 +399,7 @@ func TestHotKeyWaitReplicasUnacked(t *testing.T) {
 		{[]string{"DECR", "stock:w"}, "8"},
 		{[]string{"INCRBY", "stock:w", "2"}, "10"},
 	} {
-		r := hkMustDo(t, addr, st.cmd...)
+		r := hkDo(t, addr, st.cmd...)
 		if !strings.HasPrefix(r, "-ERR hotkeyproxy: 'stock:w' was changed in ") || !strings.HasSuffix(r, short) {
 			t.Errorf("%v = %q, want the change applied and unacknowledged", st.cmd, r)
 		}
@@ -441,7 +426,7 @@ func TestHotKeyWaitReplicasUnacked(t *testing.T) {
 	if _, err := e.Proxy.Apply(&cfg); err != nil {
 		t.Fatal(err)
 	}
-	if r := hkMustDo(t, addr, "DECR", "stock:w"); r != ":9\r\n" {
+	if r := hkDo(t, addr, "DECR", "stock:w"); r != ":9\r\n" {
 		t.Errorf("DECR after the reload to wait_replicas: 0 = %q, want :9", r)
 	}
 }
