@@ -35,12 +35,38 @@ func TestCorpusRESP3(t *testing.T) {
 	// cluster, the client's reads do not go on that connection.
 	push := tc("resp3/push-between-replies", "CLIENT TRACKING ON", "GET k", on(1, cmds("SET k v")...), raw(corpusCmd("PING"), 2),
 		"GET k", on(1, cmds("DEL k")...), raw(corpusCmd("MULTI")+corpusCmd("GET", "k")+corpusCmd("EXEC"), 4))
-	for _, c := range slices.Concat(corpusCases(), resp3Cases(), []corpusCase{push}) {
+	for _, c := range slices.Concat(corpusCases(), resp3Cases(), []corpusCase{push}, trackingPushCases()) {
 		if !resp2Only[c.name] {
 			cases = append(cases, c)
 		}
 	}
 	corpusRunAll(t, cases, direct, proxied)
+}
+
+// trackingPushCases: Redis pushes a tracking client's invalidations when
+// they happen, so the client gets them without sending anything: idle,
+// with its replies silenced by CLIENT REPLY (the pushes still come), for
+// its own writes, and none after HELLO 2 (RESP2 has no pushes) until it is
+// back in RESP3. Standalone only: in front of a cluster tracking is
+// refused.
+func trackingPushCases() []corpusCase {
+	cmd := corpusCmd
+	return []corpusCase{
+		tc("resp3/tracking-push-idle", "CLIENT TRACKING ON", "MGET k1 k2", on(1, cmds("SET k1 v")...), readOn(0, 1),
+			on(1, cmds("MSET k2 v k3 v", "FLUSHALL")...), readOn(0, 2), "GET k1", on(1, cmds("DEL k1", "SET k1 w")...), readOn(0, 1), "PING"),
+		tc("resp3/tracking-push-bcast", "CLIENT TRACKING ON BCAST PREFIX b:", on(1, cmds("SET b:1 v", "SET x v", "SET b:2 v")...),
+			readOn(0, 2), "CLIENT TRACKING OFF", on(1, cmds("SET b:1 w")...), silent(""), "PING"),
+		tc("resp3/tracking-push-reply-off", "CLIENT TRACKING ON", "GET k", raw(cmd("CLIENT", "REPLY", "OFF"), 0),
+			on(1, cmds("SET k v")...), readOn(0, 1),
+			// Its own write: the +OK is silenced, the invalidation not;
+			// SKIP changes nothing while OFF.
+			raw(cmd("GET", "k")+cmd("SET", "k", "w"), 1), raw(cmd("CLIENT", "REPLY", "SKIP")+cmd("GET", "k")+cmd("SET", "k", "x")+cmd("PING"), 1),
+			raw(cmd("CLIENT", "REPLY", "ON"), 1), "PING"),
+		tc("resp3/tracking-push-hello2", "CLIENT TRACKING ON", "GET k", normed("HELLO 2", maskHelloID), on(1, cmds("SET k v")...),
+			silent(""), "GET k", normed("HELLO 3", maskHelloID), "GET k", on(1, cmds("SET k w")...), readOn(0, 1), "PING"),
+		tc("resp3/tracking-push-multi", "CLIENT TRACKING ON", "GET k", "MULTI", "GET k", on(1, cmds("SET k v")...), readOn(0, 1),
+			"EXEC", on(1, cmds("SET k w")...), readOn(0, 1), "PING"),
+	}
 }
 
 // TestClusterCorpusRESP3 runs the corpus, the cluster's cases and

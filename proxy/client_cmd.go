@@ -400,8 +400,8 @@ func (s *session) clientReply(mode []byte) {
 
 // handleMuted runs a command while CLIENT REPLY OFF or SKIP holds its reply
 // back: on its own, so that its reply can be told apart and dropped.
-// Messages of a subscription started meanwhile still go out, as Redis
-// pushes them regardless.
+// Messages of a subscription started meanwhile, and RESP3 pushes (key
+// invalidations), still go out, as Redis pushes them regardless.
 func (s *session) handleMuted(run func()) {
 	s.flush()
 	if s.replies == replySkip {
@@ -412,7 +412,7 @@ func (s *session) handleMuted(run func()) {
 	run()
 	s.flush()
 	if s.muted && !s.streaming {
-		s.out = s.out[:mark]
+		s.out = append(s.out[:mark], pushesOnly(s.out[mark:])...)
 	}
 	s.muted = false
 }

@@ -176,7 +176,11 @@ func (s *session) serve() {
 			s.out = nil // about to wait for the client: keep no big buffer meanwhile
 			s.account()
 		}
+		stop := s.watchPushes()
 		cmds, err := s.rd.ReadCommands()
+		if stop != nil {
+			stop()
+		}
 		s.lastIO = time.Now().Unix()
 		for i := range cmds {
 			if s.handle(&cmds[i]); s.quit {
