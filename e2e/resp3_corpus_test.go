@@ -6,6 +6,7 @@ package e2e
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/localredis"
@@ -64,6 +65,16 @@ func trackingPushCases() []corpusCase {
 			raw(cmd("CLIENT", "REPLY", "ON"), 1), "PING"),
 		tc("resp3/tracking-push-hello2", "CLIENT TRACKING ON", "GET k", normed("HELLO 2", maskHelloID), on(1, cmds("SET k v")...),
 			silent(""), "GET k", normed("HELLO 3", maskHelloID), "GET k", on(1, cmds("SET k w")...), readOn(0, 1), "PING"),
+		// REDIRECT to a RESP3 client that neither tracks nor subscribes:
+		// the pushes go to it, even with its replies off; none once it
+		// is back in RESP2.
+		tc("resp3/tracking-redirect-resp3", on(1, checked("CLIENT ID", bothInt)),
+			corpusStep{build: func(prev []string) string {
+				return cmd("CLIENT", "TRACKING", "ON", "REDIRECT", strings.Trim(prev[len(prev)-1], ":\r\n"))
+			}, n: 1},
+			"GET k", on(1, raw(cmd("CLIENT", "REPLY", "OFF"), 0)), on(2, cmds("SET k v")...), readOn(1, 1),
+			on(1, raw(cmd("CLIENT", "REPLY", "ON"), 1)), on(1, cmds("PING")...), "GET k", on(1, normed("HELLO 2", maskHelloID)),
+			on(2, cmds("SET k w")...), on(1, silent("")), on(1, cmds("PING")...), "PING"),
 		tc("resp3/tracking-push-multi", "CLIENT TRACKING ON", "GET k", "MULTI", "GET k", on(1, cmds("SET k v")...), readOn(0, 1),
 			"EXEC", on(1, cmds("SET k w")...), readOn(0, 1), "PING"),
 	}

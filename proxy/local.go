@@ -84,7 +84,7 @@ func (s *session) resetState() {
 	s.endTx()
 	s.db, s.name, s.shared = 0, nil, nil
 	s.switchShared(resp.RESP2) // as Redis's RESET does
-	s.monitoring, s.replies, s.track = false, replyOn, tracking{}
+	s.monitoring, s.replies, s.track, s.pushTarget = false, replyOn, tracking{}, false
 	s.info.mu.Lock()
 	s.info.tracking, s.info.sub, s.info.psub, s.info.ssub = false, 0, 0, 0 // NO-EVICT stays, as in Redis
 	s.info.mu.Unlock()

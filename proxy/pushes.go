@@ -1,10 +1,13 @@
 package proxy
 
 import (
+	"errors"
+	"net"
 	"sync"
 	"time"
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
+	"github.com/hotkeyproxy/hotkeyproxy/proxy/upstream"
 )
 
 // Redis writes a push (a key invalidation, tracking-redir-broken) to a
@@ -17,12 +20,12 @@ import (
 // a stream, relayed as such).
 
 // watchPushes starts the watch when the client tracks keys in RESP3 on
-// its own connection and has nothing buffered to run; stop ends it before
+// its own connection, or is the target of another's (see ownForPushes), and has nothing buffered to run; stop ends it before
 // the connection is used again (nil: no watch). A failure of the
 // connection or of the client's writes closes the client, as Redis closes
 // one whose output failed: its invalidations would be lost.
 func (s *session) watchPushes() (stop func()) {
-	if !s.track.on || s.proto != resp.RESP3 || s.own == nil || s.streaming || s.quit ||
+	if !s.track.on && !s.pushTarget || s.proto != resp.RESP3 || s.own == nil || s.streaming || s.quit ||
 		s.srv.up.Cluster != nil || s.rd.Buffered() > 0 {
 		return nil
 	}
@@ -97,4 +100,94 @@ func pushesOnly(out []byte) []byte {
 		rest = rest[n:]
 	}
 	return out[:kept]
+}
+
+// A client may REDIRECT its invalidations to a RESP3 client that neither
+// tracks nor subscribes: Redis pushes them to that client's connection.
+// Through the proxy that is the target's own connection, which the target
+// may not have: the redirecting session asks the target's goroutine to
+// dial one (a session's connections are its own to touch), waking it from
+// its wait for commands with a read deadline in the past.
+
+// ownForPushes is ownAddr of t once t has its own connection for
+// another client's invalidations; ok is false when t is not in RESP3
+// (Redis would push nothing to it), left, or got none within
+// upstream.dial_timeout and upstream.read_timeout (a batch running).
+func (t *session) ownForPushes() (addr string, p *upstream.Pool, ok bool) {
+	t.info.mu.Lock()
+	proto := t.info.proto
+	t.info.mu.Unlock()
+	if proto != int(resp.RESP3) || t.srv.up.Cluster != nil {
+		return "", nil, false
+	}
+	t.ownMu.Lock()
+	if t.ownAsked == nil {
+		t.ownAsked = make(chan struct{})
+		t.nc.SetReadDeadline(time.Unix(1, 0))
+	}
+	asked := t.ownAsked
+	t.ownMu.Unlock()
+	timer := time.NewTimer(t.srv.up.Pool.DialTimeout() + t.srv.cfg.Upstream.ReadTimeout.Duration())
+	defer timer.Stop()
+	select {
+	case <-asked:
+	case <-timer.C:
+	case <-t.srv.stop:
+	}
+	return t.ownAddr()
+}
+
+// giveOwn answers another session's ownForPushes, at the top of the
+// session's loop: a RESP3 client gets its own connection (a dial error is
+// no reply of the client's: it is dropped, and the asker finds none) and
+// is watched for pushes from then on. The read deadline that woke it is
+// replaced by deadline, under ownMu, so that a request that comes later
+// wakes it again.
+func (s *session) giveOwn(deadline time.Time) {
+	s.ownMu.Lock()
+	asked := s.ownAsked
+	if asked != nil {
+		s.ownAsked = nil
+		s.nc.SetReadDeadline(deadline)
+	}
+	s.ownMu.Unlock()
+	if asked == nil {
+		return
+	}
+	defer close(asked)
+	if s.proto != resp.RESP3 || s.streaming || s.srv.up.Cluster != nil || !s.mayRun() {
+		return
+	}
+	if mark := len(s.out); s.own == nil && !s.pin(s.srv.up.Pool) {
+		s.out = s.out[:mark]
+		return
+	}
+	s.pushTarget = true
+}
+
+// wokenForOwn reports whether err is the read deadline ownForPushes set:
+// then the session goes on, and giveOwn answers.
+func (s *session) wokenForOwn(err error) bool {
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		return false
+	}
+	s.ownMu.Lock()
+	defer s.ownMu.Unlock()
+	return s.ownAsked != nil
+}
+
+// endOwnAsks answers, when the session ends, whoever asks it for a
+// connection from now on: with none.
+func (s *session) endOwnAsks() {
+	s.ownMu.Lock()
+	defer s.ownMu.Unlock()
+	if s.ownAsked == nil {
+		s.ownAsked = make(chan struct{})
+	}
+	select {
+	case <-s.ownAsked:
+	default:
+		close(s.ownAsked)
+	}
 }

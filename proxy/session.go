@@ -100,6 +100,12 @@ type session struct {
 	ownMu   sync.Mutex
 	ownNC   net.Conn
 	ownPool *upstream.Pool // own's, for CLIENT UNBLOCK and TRACKING REDIRECT
+	// ownAsked is closed once the session answered another's request for
+	// an own connection to receive its invalidations (ownForPushes).
+	ownAsked chan struct{}
+	// pushTarget: the session got its own connection for that, and is
+	// watched for pushes as a tracking client is (watchPushes).
+	pushTarget bool
 
 	// Stream mode (pub/sub, MONITOR): every command goes to own as it comes,
 	// and relay copies whatever Redis sends to the client.
@@ -166,9 +172,12 @@ func (s *session) serve() {
 	defer s.close()
 	idle := s.srv.config().Limits.IdleTimeout.Duration()
 	for {
+		var deadline time.Time
 		if idle > 0 && !s.streaming {
-			s.nc.SetReadDeadline(time.Now().Add(idle))
+			deadline = time.Now().Add(idle)
+			s.nc.SetReadDeadline(deadline)
 		}
+		s.giveOwn(deadline)
 		if s.srv.closing.Load() {
 			return
 		}
@@ -180,6 +189,10 @@ func (s *session) serve() {
 		cmds, err := s.rd.ReadCommands()
 		if stop != nil {
 			stop()
+		}
+		if err != nil && s.wokenForOwn(err) {
+			s.rd.Resume()
+			err = nil
 		}
 		s.lastIO = time.Now().Unix()
 		for i := range cmds {
@@ -256,6 +269,7 @@ func (s *session) abort() {
 }
 
 func (s *session) close() {
+	s.endOwnAsks()
 	s.w.wait()   // replies queued for a slow reader, QUIT's +OK among them
 	s.nc.Close() // then: a relay blocked in a read of Redis returns
 	if s.own != nil {

@@ -92,7 +92,9 @@ func (s *session) redirectID(id uint64) (rid int64, msg string) {
 	if target == s {
 		addr, p = addrString(s.own.nc.LocalAddr()), s.own.pool
 	} else if addr, p, ok = target.ownAddr(); !ok {
-		return 0, msgRedirUnsubscribed
+		if addr, p, ok = target.ownForPushes(); !ok {
+			return 0, msgRedirUnsubscribed
+		}
 	}
 	rid, err := redisID(p, addr)
 	if err != nil {

@@ -150,6 +150,10 @@ func (r *CommandReader) ReadCommands() ([]Command, error) {
 	}
 }
 
+// Resume forgets the error of the last read, for a caller that made it
+// fail on purpose (a read deadline in the past): the input buffered stays.
+func (r *CommandReader) Resume() { r.err = nil }
+
 // readSize is how much free room the next read wants: the rest of a bulk
 // being received, but never more than what has arrived already, so a
 // length header alone cannot make us allocate 512 MiB.
