@@ -163,6 +163,44 @@ func goRedisRESP3(t *testing.T, addr string, direct redis.UniversalClient) {
 	})
 }
 
+// TestClientsGoRedisClientSideCache: go-redis v9's client-side cache
+// (CLIENT TRACKING on its RESP3 connections) serves a key it read from
+// memory and drops it when another client changes the key, with only its
+// background drainer reading the idle connection: the invalidation must
+// reach the client without it sending anything. No staleness bound backs
+// it up. Directly and through the proxy, standalone.
+func TestClientsGoRedisClientSideCache(t *testing.T) {
+	e := startEnv(t, nil)
+	for _, s := range []struct{ what, addr string }{{"direct", e.Redis.Addr()}, {"proxy", e.ProxyAddr()}} {
+		t.Run(s.what, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
+			defer cancel()
+			key := "csc:" + s.what
+			w := redis.NewClient(&redis.Options{Addr: s.addr, Protocol: 2, MaxRetries: -1})
+			t.Cleanup(func() { w.Close() })
+			mustOK(t, "SET", w.Set(ctx, key, "v1", 0).Err())
+			csc := redis.NewClient(&redis.Options{Addr: s.addr, Protocol: 3, MaxRetries: -1, PoolSize: 1,
+				ClientSideCacheConfig: &redis.ClientSideCacheConfig{MaxEntries: 64}})
+			t.Cleanup(func() { csc.Close() })
+			for csc.CSCStats().Hits == 0 {
+				v, err := csc.Get(ctx, key).Result()
+				mustOK(t, "GET", err)
+				equal(t, "GET", v, "v1")
+			}
+			mustOK(t, "SET", w.Set(ctx, key, "v2", 0).Err())
+			for {
+				v, err := csc.Get(ctx, key).Result()
+				mustOK(t, "GET after another client's SET (no invalidation came)", err)
+				if v == "v2" {
+					break
+				}
+				equal(t, "GET before the invalidation", v, "v1")
+				time.Sleep(time.Millisecond) // the drainer reads meanwhile
+			}
+		})
+	}
+}
+
 // TestClientsNodeRedisRESP3 runs clients/node/node_redis_session.js, a
 // node-redis session with RESP: 3, through the proxy, both modes.
 func TestClientsNodeRedisRESP3(t *testing.T) {
