@@ -307,10 +307,10 @@ func (r *RoundTrip) redirect(p *clusterPart) (target *Node, first []byte, again 
 	case bytes.HasPrefix(p.reply, []byte("-TRYAGAIN")), bytes.HasPrefix(p.reply, []byte("-CLUSTERDOWN")):
 		c.Refresh()
 		t, _, err := c.Current()
-		if err != nil || p.slot < 0 || t.Slots[p.slot] == nil {
+		if err != nil || p.slot < 0 || t.Node(p.slot) == nil {
 			return p.nb.node, nil, true
 		}
-		return t.Slots[p.slot], nil, true
+		return t.Node(p.slot), nil, true
 	}
 	return nil, nil, false
 }
