@@ -61,6 +61,7 @@ type RoundTrip struct {
 	batches  []*nodeBatch // the first round's, reused from run to run
 	used     int          // batches[:used] are in use
 	reqBytes int
+	ran      []int // collectRound's: the parts with a slot answered in this round, in order
 }
 
 // NewRoundTrip returns a RoundTrip on c's nodes for the user id, which
@@ -203,7 +204,7 @@ func (r *RoundTrip) collectRound() []*nodeBatch {
 		again  bool
 	}
 	var retries []retry
-	var ran map[int]int // slot → the last part of it that got its reply
+	r.ran = r.ran[:0]
 	for i := range r.parts {
 		p := &r.parts[i]
 		if p.reply != nil {
@@ -225,10 +226,7 @@ func (r *RoundTrip) collectRound() []*nodeBatch {
 			// Final unless the part it follows is sent again (below).
 		case target == nil:
 			if p.slot >= 0 {
-				if ran == nil {
-					ran = make(map[int]int)
-				}
-				ran[p.slot] = i
+				r.ran = append(r.ran, i)
 			}
 		case again && p.waits >= maxWaits, !again && p.hops >= MaxHops:
 			if !again {
@@ -242,7 +240,7 @@ func (r *RoundTrip) collectRound() []*nodeBatch {
 	var wait time.Duration
 	for _, rt := range retries {
 		p := &r.parts[rt.part]
-		if last, ok := ran[p.slot]; ok && rt.again && last > rt.part {
+		if rt.again && r.ranAfter(rt.part) {
 			continue // Redis's TRYAGAIN stands
 		}
 		if rt.again {
@@ -279,6 +277,18 @@ func (r *RoundTrip) collectRound() []*nodeBatch {
 	}
 	time.Sleep(wait)
 	return next
+}
+
+// ranAfter reports whether a part after part, of its slot, got its reply
+// in the round collectRound just read.
+func (r *RoundTrip) ranAfter(part int) bool {
+	slot := r.parts[part].slot
+	for k := len(r.ran) - 1; k >= 0 && r.ran[k] > part; k-- {
+		if r.parts[r.ran[k]].slot == slot {
+			return true
+		}
+	}
+	return false
 }
 
 // askingReq is sent before a command an ASK redirection names a node for.
