@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"bytes"
+	"runtime"
 	"time"
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
@@ -61,7 +62,8 @@ type RoundTrip struct {
 	batches  []*nodeBatch // the first round's, reused from run to run
 	used     int          // batches[:used] are in use
 	reqBytes int
-	ran      []int // collectRound's: the parts with a slot answered in this round, in order
+	ran      []int   // collectRound's: the parts with a slot answered in this round, in order
+	held     []*Conn // sendRound's: the connections whose write side it took
 }
 
 // NewRoundTrip returns a RoundTrip on c's nodes for the user id, which
@@ -178,7 +180,17 @@ func (r *RoundTrip) sendRound(round []*nodeBatch) {
 		if r.login != nil {
 			p = r.login.Pool(p)
 		}
-		p.Send(&nb.conn, r.key, r.id, &nb.Batch)
+		if c := p.queue(&nb.conn, r.key, r.id, &nb.Batch); c != nil {
+			r.held = append(r.held, c)
+		}
+	}
+	if len(r.held) > 0 {
+		runtime.Gosched() // once for every node, as Conn.Send for one
+		for _, c := range r.held {
+			c.writeHeld()
+		}
+		clear(r.held)
+		r.held = r.held[:0]
 	}
 	for _, nb := range round {
 		<-nb.DoneCh
