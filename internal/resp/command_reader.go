@@ -81,7 +81,8 @@ type CommandReader struct {
 	// args holds the Args of the commands of one ReadCommands call back
 	// to back, so that a pipeline costs one allocation, not one per
 	// command; dropped before the reader waits for its client.
-	args [][]byte
+	args     [][]byte
+	argsHint int // how many arguments the last call's commands had: the next arena's size
 }
 
 // NewCommandReader reads from rd. maxQuery bounds the unparsed bytes one
@@ -137,6 +138,9 @@ func (r *CommandReader) ReadCommands() ([]Command, error) {
 	}
 	clear(r.cmds) // drop references into an old buffer
 	r.cmds = r.cmds[:0]
+	if len(r.args) > 0 {
+		r.argsHint = len(r.args)
+	}
 	clear(r.args)
 	r.args = r.args[:0]
 	for {
@@ -334,7 +338,7 @@ func (r *CommandReader) parseMultibulk() (bool, error) {
 	n := len(p.marks) / 2
 	if cap(r.args)-len(r.args) < n {
 		// Commands already parsed keep the old one.
-		r.args = make([][]byte, 0, max(n, min(2*cap(r.args), maxArgsKept), minArgs))
+		r.args = make([][]byte, 0, max(n, min(max(2*cap(r.args), r.argsHint), maxArgsKept), minArgs))
 	}
 	first := len(r.args)
 	for i := range n {
