@@ -135,7 +135,7 @@ func (p *Pool) check() bool {
 			switch {
 			case state&connDraining != 0:
 				c.closeIdle()
-			case c.held && !paused:
+			case c.paused && !paused:
 				c.closeIdle()
 			case state&connStalled != 0:
 				c.state.And(^uint32(connStalled))

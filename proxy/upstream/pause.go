@@ -103,7 +103,7 @@ func (p *Pool) ReadDeadline(limit time.Duration) time.Time {
 // starts counting toward the read timeout: the end of a pause that may
 // hold it, if later.
 func (p *Pool) heldSince(c *Conn, since time.Duration) time.Duration {
-	if c.held || p.pause.all.Load() {
+	if c.paused || p.pause.all.Load() {
 		return max(since, time.Duration(p.pause.end.Load()))
 	}
 	return since
@@ -163,7 +163,7 @@ func (p *Pool) heldConn(k Key) (*Conn, error) {
 		return nil, ErrClosed
 	}
 	c := newConn(nc, br, p.m, &p.watch, p)
-	c.held = true
+	c.paused = true
 	c.claimed.Store(true)
 	p.held[k] = append(p.held[k], c)
 	p.live = append(p.live, c)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -336,6 +337,15 @@ func (p *Pool) Send(conn **Conn, k Key, id uint64, b *Batch) {
 			return
 		}
 	}
+	if c := p.queue(conn, k, id, b); c != nil {
+		runtime.Gosched() // as Conn.Send
+		c.writeHeld()
+	}
+}
+
+// queue is Send without the write: it returns the connection whose write
+// side the caller took, to writeHeld, or nil.
+func (p *Pool) queue(conn **Conn, k Key, id uint64, b *Batch) *Conn {
 	for {
 		c := *conn
 		if c == nil || !c.Usable() {
@@ -344,12 +354,16 @@ func (p *Pool) Send(conn **Conn, k Key, id uint64, b *Batch) {
 				*conn = nil
 				b.Err = err
 				b.DoneCh <- struct{}{}
-				return
+				return nil
 			}
 			*conn = c
 		}
-		if c.Send(b) {
-			return
+		held, ok := c.queue(b)
+		if ok {
+			if held {
+				return c
+			}
+			return nil
 		}
 		*conn = nil // closed after a stall since Get gave it: b was not sent
 	}
