@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"cmp"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -415,4 +416,28 @@ func (s *session) handleMuted(run func()) {
 		s.out = append(s.out[:mark], pushesOnly(s.out[mark:])...)
 	}
 	s.muted = false
+}
+
+// clientPause relays CLIENT PAUSE or UNPAUSE in standalone mode and,
+// when Redis accepts it, tells the server's pools, which then keep what
+// the pause holds from holding other clients and from timing out
+// (upstream/pause.go). In cluster mode it goes to the client's home master
+// as any keyless command, and is met there as any slow request.
+func (s *session) clientPause(cmd *resp.Command) {
+	mark := s.exchange(cmd)
+	if string(s.out[mark:]) != "+OK\r\n" {
+		return
+	}
+	pool := s.pool
+	if len(cmd.Args) == 2 {
+		pool.Unpaused()
+		return
+	}
+	// Redis took it, so it is an integer of milliseconds, not negative.
+	ms, _ := strconv.ParseInt(string(cmd.Args[2]), 10, 64)
+	d := time.Duration(ms) * time.Millisecond
+	if ms > int64(math.MaxInt64/time.Millisecond) {
+		d = math.MaxInt64
+	}
+	pool.Paused(d, len(cmd.Args) == 3 || strings.EqualFold(string(cmd.Args[3]), "all"))
 }

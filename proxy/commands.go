@@ -51,6 +51,13 @@ type command struct {
 	// begins with, and the shared ones wait behind the script.
 	aside bool
 
+	// held: Redis flags it write or may-replicate, so a CLIENT PAUSE
+	// WRITE holds it (heldCommands); a batch with it in is marked Held.
+	held bool
+	// pauses: CLIENT PAUSE or UNPAUSE, whose +OK tells the node's pools
+	// a pause began or ended (clientPause).
+	pauses bool
+
 	// hotPerKey: with a hot key among several keys, it is answered key by
 	// key and put together (MGET: the values; DEL, EXISTS…: the sum).
 	hotPerKey bool
@@ -163,6 +170,7 @@ var commandTable = map[string]*command{
 		"tracking": {route: routeLocal, noMulti: true},
 		// Redis's refusal when not tracking, else on the own connection.
 		"caching": {route: routeLocal, upstreamWhen: whenPinned},
+		"pause":   {pauses: true}, "unpause": {pauses: true},
 	}},
 	"config": {subs: map[string]*command{
 		// The reply is masked: the upstream password must not show.
@@ -272,8 +280,32 @@ var commandLabels = strings.Fields(`
 	zrevrangebyscore zrevrank zscan zscore zunion zunionstore
 	other`)
 
+// heldCommands are the commands, and subcommands (as "function|load"),
+// that a CLIENT PAUSE WRITE holds: those Redis 7.0.15 flags write or
+// may-replicate (COMMAND INFO; commands.c), and the hash field writes of
+// 7.4 and 8.0. XGROUP stands for its subcommands, of which only HELP
+// reads; EVAL, EVALSHA and FCALL are held unless their script says
+// no-writes, which the proxy does not look at: sent where a pause would
+// hold no other client, a command Redis does not hold only costs a
+// connection. A name the table does not know (a module's) is held too.
+var heldCommands = strings.Fields(`
+	append bitfield bitop blmove blmpop blpop brpop brpoplpush bzmpop
+	bzpopmax bzpopmin copy decr decrby del eval evalsha expire expireat fcall
+	flushall flushdb function|delete function|flush function|load
+	function|restore geoadd georadius georadiusbymember geosearchstore
+	getdel getex getset hdel hexpire hexpireat hgetdel hgetex hincrby
+	hincrbyfloat hmset hpersist hpexpire hpexpireat hset hsetex hsetnx incr
+	incrby incrbyfloat linsert lmove lmpop lpop lpush lpushx lrem lset ltrim
+	migrate move mset msetnx persist pexpire pexpireat pfadd pfcount pfdebug
+	pfmerge psetex publish rename renamenx restore restore-asking rpop
+	rpoplpush rpush rpushx sadd sdiffstore set setbit setex setnx setrange
+	sinterstore smove sort spop spublish srem sunionstore swapdb unlink xack
+	xadd xautoclaim xclaim xdel xgroup xreadgroup xsetid xtrim zadd
+	zdiffstore zincrby zinterstore zmpop zpopmax zpopmin zrangestore zrem
+	zremrangebylex zremrangebyrank zremrangebyscore zunionstore`)
+
 // otherCommand is the entry of a name the table does not know.
-var otherCommand = &command{name: "other", metric: uint16(len(commandLabels) - 1), shown: "NULL"}
+var otherCommand = &command{name: "other", metric: uint16(len(commandLabels) - 1), shown: "NULL", held: true}
 
 // containerSubs are Redis 7.0.15's commands with subcommands, and their
 // subcommands (commands.c), for the cmd field of CLIENT LIST: Redis shows
@@ -313,6 +345,10 @@ func (c *command) shownName(args [][]byte) string {
 // commands is the table by lower-case name, every label's command in it.
 var commands = func() map[string]*command {
 	m := make(map[string]*command, len(commandLabels))
+	held := make(map[string]bool, len(heldCommands))
+	for _, name := range heldCommands {
+		held[name] = true
+	}
 	for i, name := range commandLabels[:len(commandLabels)-1] {
 		c := commandTable[name]
 		if c == nil {
@@ -322,7 +358,7 @@ var commands = func() map[string]*command {
 			// own name and label.
 			c = new(*c)
 		}
-		c.name, c.metric, c.shown = name, uint16(i), name
+		c.name, c.metric, c.shown, c.held = name, uint16(i), name, held[name]
 		if subs, ok := containerSubs[name]; ok {
 			c.container = make(map[string]string)
 			for sub := range strings.FieldsSeq(subs) {
@@ -331,11 +367,11 @@ var commands = func() map[string]*command {
 		}
 		if c.blockForm != nil {
 			c.blockForm = new(*c.blockForm)
-			c.blockForm.name, c.blockForm.metric, c.blockForm.shown = name, c.metric, name
+			c.blockForm.name, c.blockForm.metric, c.blockForm.shown, c.blockForm.held = name, c.metric, name, c.held
 		}
 		for sub, sc := range c.subs {
 			sc = new(*sc)
-			sc.name, sc.metric, sc.shown = name, c.metric, name+"|"+sub
+			sc.name, sc.metric, sc.shown, sc.held = name, c.metric, name+"|"+sub, held[name+"|"+sub]
 			c.subs[sub] = sc
 		}
 		m[name] = c
@@ -343,6 +379,12 @@ var commands = func() map[string]*command {
 	for name := range commandTable {
 		if m[name] == nil {
 			panic("proxy: command " + name + " has no metrics label")
+		}
+	}
+	for _, name := range heldCommands {
+		cmd, sub, _ := strings.Cut(name, "|")
+		if c := m[cmd]; c == nil || sub != "" && c.subs[sub] == nil {
+			panic("proxy: held command " + name + " is not in the table")
 		}
 	}
 	return m

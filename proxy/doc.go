@@ -80,5 +80,9 @@
 // timeout: …" (package upstream times the shared connections; the session
 // its own connection, a blocking command by its own timeout on top, a
 // subscription not at all), and a client whose own connection timed out
-// is closed, as when that connection fails.
+// is closed, as when that connection fails. The session relays CLIENT
+// PAUSE and UNPAUSE itself (clientPause) and tells the pool, and marks a
+// batch with a command a WRITE pause holds (commands.go heldCommands), so
+// that a pause holds no more clients than Redis would and what it holds
+// does not time out (upstream/pause.go).
 package proxy

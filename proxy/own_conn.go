@@ -54,7 +54,7 @@ func (s *session) ownRoundTrip(block *resp.Command) {
 	}
 	var deadline time.Time
 	if !forever {
-		deadline = time.Now().Add(limit)
+		deadline = s.own.pool.ReadDeadline(limit) // later while a CLIENT PAUSE may hold it
 	}
 	s.own.nc.SetDeadline(deadline)
 	if block != nil && !s.tx.open {

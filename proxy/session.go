@@ -73,6 +73,7 @@ type session struct {
 	killed     atomic.Bool // by CLIENT KILL: no more in CLIENT LIST
 	replies    replyMode
 	muted      bool     // the command being handled replies to nobody
+	holds      bool     // the command being handled is one a CLIENT PAUSE WRITE holds
 	track      tracking // CLIENT TRACKING as Redis took it
 
 	out    []byte // replies not yet written to the client
@@ -340,6 +341,7 @@ func (s *session) handle(cmd *resp.Command) {
 
 // run handles cmd, whose table entry is c and lower-case name name.
 func (s *session) run(cmd *resp.Command, c *command, name []byte) {
+	s.holds = c.held
 	if c.noMulti && s.tx.open {
 		// Redis would queue it; answered about Redis's connections at
 		// EXEC, it would show ids no client of the proxy has.
@@ -356,6 +358,10 @@ func (s *session) run(cmd *resp.Command, c *command, name []byte) {
 		return
 	}
 	if s.srv.up.Cluster != nil && s.clusterHandle(cmd, c) {
+		return
+	}
+	if c.pauses && !s.tx.open {
+		s.clientPause(cmd)
 		return
 	}
 	if c.aside && s.own == nil && s.srv.up.Cluster == nil {
@@ -434,6 +440,7 @@ func (s *session) forward(cmd *resp.Command) {
 		s.b.Req = resp.AppendCommand(s.b.Req, cmd.Args...)
 	}
 	s.b.N++
+	s.b.Held = s.b.Held || s.holds
 	if s.b.N >= s.batchMax || len(s.b.Req) >= maxBatchBytes {
 		s.flushFull()
 	}
@@ -445,7 +452,7 @@ func (s *session) forward(cmd *resp.Command) {
 func (s *session) forwardBig(raw []byte) {
 	s.flush()
 	req := s.b.Req
-	s.b.Req, s.b.N = raw, 1
+	s.b.Req, s.b.N, s.b.Held = raw, 1, s.holds
 	s.flush()
 	s.b.Req = req
 	s.account() // the batch's buffer is its own again, not the read buffer
@@ -476,8 +483,11 @@ func (s *session) exchange(cmd *resp.Command) (mark int) {
 	mark = len(s.out)
 	var buf [24]byte
 	c, _ := lookup(cmd.Args, &buf)
+	holds := s.holds
+	s.holds = c.held
 	s.dispatch(cmd, c)
 	s.flush()
+	s.holds = holds
 	return mark
 }
 
@@ -507,7 +517,7 @@ func (s *session) sendBatch(block *resp.Command) {
 	}
 	n := b.N
 	defer func() {
-		b.Req, b.N = b.Req[:0], 0
+		b.Req, b.N, b.Held = b.Req[:0], 0, false
 		if cap(b.Req) > 4*maxBatchBytes {
 			b.Req = nil // an inline command of megabytes once should not pin them
 		}

@@ -71,6 +71,11 @@ type Batch struct {
 	// waits on the sender.
 	DoneCh chan struct{}
 
+	// Held: a request in it is one a CLIENT PAUSE WRITE holds (it writes or
+	// may replicate, as Redis's command flags say), so during such a pause
+	// it goes where it holds no other client's requests (pause.go).
+	Held bool
+
 	// wrote is monoNow when the write that carried it began: its read
 	// timeout runs from there. timed marks the last batch of each write:
 	// the metrics time writes, not batches.
@@ -118,6 +123,10 @@ type Conn struct {
 	// state is connFailed, connStalled and connDraining, readable without
 	// mu on the hot path.
 	state atomic.Uint32
+	// paused: it carries batches a CLIENT PAUSE holds (pause.go), set
+	// before it is shared; claimed: a batch is about to be sent on it.
+	paused  bool
+	claimed atomic.Bool
 
 	// Scratch of the write side's holder.
 	wbatches []*Batch

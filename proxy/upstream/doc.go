@@ -34,6 +34,12 @@
 // PING; while no probe is answered the node is down and Get, Dial and
 // Ask fail at once with a DownError, without a dial each.
 //
+// CLIENT PAUSE (pause.go): told by the proxy of a pause Redis accepted,
+// the pool sends batches the pause holds (Batch.Held) on held connections
+// of their own during a WRITE pause, so they hold no other client, and
+// times nothing a pause holds out before the pause's end plus the read
+// timeout.
+//
 // Users (users.go): Logins are the ACL users clients logged in as, each
 // with a pool per node dialed with the user's name and password (up to
 // upstream.conns_per_node shared connections per db, as needed), held

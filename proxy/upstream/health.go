@@ -126,6 +126,7 @@ func (p *Pool) check() bool {
 	conns := append(p.watched[:0], p.live...)
 	p.mu.Unlock()
 	busy := false
+	paused, _ := p.pause.on(now)
 	for _, c := range conns {
 		since, state := time.Duration(c.since.Load()), c.state.Load()
 		switch {
@@ -134,10 +135,12 @@ func (p *Pool) check() bool {
 			switch {
 			case state&connDraining != 0:
 				c.closeIdle()
+			case c.paused && !paused:
+				c.closeIdle()
 			case state&connStalled != 0:
 				c.state.And(^uint32(connStalled))
 			}
-		case now-since >= p.readTimeout:
+		case now-p.heldSince(c, since) >= p.readTimeout:
 			p.suspect() // first, so that the clients told wait for the probe
 			p.m.Timeouts.Inc()
 			c.fail(&TimeoutError{Node: p.addr, After: p.readTimeout})
@@ -159,7 +162,7 @@ func (p *Pool) check() bool {
 			p.draining++
 		}
 	}
-	busy = busy || p.draining > 0
+	busy = busy || p.draining > 0 || p.pruneHeld()
 	p.mu.Unlock()
 	return busy
 }

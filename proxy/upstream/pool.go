@@ -113,6 +113,12 @@ type Pool struct {
 	// open a connection per attempt. 0 while none was refused.
 	noDB    int
 	noDBErr RedisError
+	// held are the connections that carry batches a CLIENT PAUSE holds
+	// (pause.go), also in live; turn picks among them once maxHeld are.
+	held map[Key][]*Conn
+	turn int
+	// pause is what the proxy knows of a CLIENT PAUSE on the node.
+	pause *nodePause
 }
 
 // Key names the shared connections a client's requests may go on: those
@@ -137,6 +143,8 @@ func newPool(d dialer, perDB int, readTimeout time.Duration, m *NodeMetrics, log
 	return &Pool{
 		dialer: d, perDB: perDB, readTimeout: readTimeout, stallAfter: stallAfter, probeIdle: probeIdle, authRetry: authRetry, m: m, log: log,
 		conns: make(map[Key][]*sharedSlot),
+		held:  make(map[Key][]*Conn),
+		pause: &nodePause{},
 		watch: watchdog{wake: make(chan struct{}, 1)},
 		quit:  make(chan struct{}),
 	}
@@ -238,7 +246,7 @@ func (p *Pool) Get(k Key, id uint64) (*Conn, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if c := s.conn.Load(); c != nil && c.state.Load()&(connFailed|connDraining) == 0 {
-		if c.Usable() || !p.drain(c) {
+		if c.Usable() || p.pausedAll() || !p.drain(c) {
 			return usable(slots, c), nil
 		}
 	}
@@ -319,9 +327,16 @@ func usable(slots []*sharedSlot, c *Conn) *Conn {
 
 // Send sends b on a shared connection for k: *conn while it is usable,
 // else the one Get(k, id) returns, which it leaves in *conn for the next
-// call. When Get fails, so does b, with Get's error. b.DoneCh is signalled
-// when b is complete or failed.
+// call; a Held batch during a CLIENT PAUSE WRITE goes on a held
+// connection instead (pause.go). When Get fails, so does b, with Get's
+// error. b.DoneCh is signalled when b is complete or failed.
 func (p *Pool) Send(conn **Conn, k Key, id uint64, b *Batch) {
+	if b.Held {
+		if on, all := p.pause.on(monoNow()); on && !all {
+			p.sendHeld(k, b)
+			return
+		}
+	}
 	if c := p.queue(conn, k, id, b); c != nil {
 		runtime.Gosched() // as Conn.Send
 		c.writeHeld()

@@ -107,6 +107,7 @@ func (l *Login) Pool(p *Pool) *Pool {
 	d.username, d.password, d.login = l.user, l.pass, true
 	up := newPool(d, p.perDB, p.readTimeout, p.m, p.log)
 	up.stallAfter, up.probeIdle, up.authRetry = p.stallAfter, p.probeIdle, p.authRetry
+	up.pause = p.pause // a pause is the node's
 	if l.closed {
 		up.close() // a straggler after the proxy closed: fails with ErrClosed
 	}
