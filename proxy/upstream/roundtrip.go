@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"bytes"
+	"runtime"
 	"time"
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
@@ -61,6 +62,8 @@ type RoundTrip struct {
 	batches  []*nodeBatch // the first round's, reused from run to run
 	used     int          // batches[:used] are in use
 	reqBytes int
+	ran      []int   // collectRound's: the parts with a slot answered in this round, in order
+	held     []*Conn // sendRound's: the connections whose write side it took
 }
 
 // NewRoundTrip returns a RoundTrip on c's nodes for the user id, which
@@ -177,7 +180,17 @@ func (r *RoundTrip) sendRound(round []*nodeBatch) {
 		if r.login != nil {
 			p = r.login.Pool(p)
 		}
-		p.Send(&nb.conn, r.key, r.id, &nb.Batch)
+		if c := p.queue(&nb.conn, r.key, r.id, &nb.Batch); c != nil {
+			r.held = append(r.held, c)
+		}
+	}
+	if len(r.held) > 0 {
+		runtime.Gosched() // once for every node, as Conn.Send for one
+		for _, c := range r.held {
+			c.writeHeld()
+		}
+		clear(r.held)
+		r.held = r.held[:0]
 	}
 	for _, nb := range round {
 		<-nb.DoneCh
@@ -203,7 +216,7 @@ func (r *RoundTrip) collectRound() []*nodeBatch {
 		again  bool
 	}
 	var retries []retry
-	var ran map[int]int // slot → the last part of it that got its reply
+	r.ran = r.ran[:0]
 	for i := range r.parts {
 		p := &r.parts[i]
 		if p.reply != nil {
@@ -225,10 +238,7 @@ func (r *RoundTrip) collectRound() []*nodeBatch {
 			// Final unless the part it follows is sent again (below).
 		case target == nil:
 			if p.slot >= 0 {
-				if ran == nil {
-					ran = make(map[int]int)
-				}
-				ran[p.slot] = i
+				r.ran = append(r.ran, i)
 			}
 		case again && p.waits >= maxWaits, !again && p.hops >= MaxHops:
 			if !again {
@@ -242,7 +252,7 @@ func (r *RoundTrip) collectRound() []*nodeBatch {
 	var wait time.Duration
 	for _, rt := range retries {
 		p := &r.parts[rt.part]
-		if last, ok := ran[p.slot]; ok && rt.again && last > rt.part {
+		if rt.again && r.ranAfter(rt.part) {
 			continue // Redis's TRYAGAIN stands
 		}
 		if rt.again {
@@ -281,6 +291,18 @@ func (r *RoundTrip) collectRound() []*nodeBatch {
 	return next
 }
 
+// ranAfter reports whether a part after part, of its slot, got its reply
+// in the round collectRound just read.
+func (r *RoundTrip) ranAfter(part int) bool {
+	slot := r.parts[part].slot
+	for k := len(r.ran) - 1; k >= 0 && r.ran[k] > part; k-- {
+		if r.parts[r.ran[k]].slot == slot {
+			return true
+		}
+	}
+	return false
+}
+
 // askingReq is sent before a command an ASK redirection names a node for.
 var askingReq = resp.AppendCommand(nil, []byte("ASKING"))
 
@@ -307,10 +329,10 @@ func (r *RoundTrip) redirect(p *clusterPart) (target *Node, first []byte, again 
 	case bytes.HasPrefix(p.reply, []byte("-TRYAGAIN")), bytes.HasPrefix(p.reply, []byte("-CLUSTERDOWN")):
 		c.Refresh()
 		t, _, err := c.Current()
-		if err != nil || p.slot < 0 || t.Slots[p.slot] == nil {
+		if err != nil || p.slot < 0 || t.Node(p.slot) == nil {
 			return p.nb.node, nil, true
 		}
-		return t.Slots[p.slot], nil, true
+		return t.Node(p.slot), nil, true
 	}
 	return nil, nil, false
 }
