@@ -9,7 +9,10 @@
 #   IDLE_CLIENTS   connections (default 10000; quick 1000)
 #   IDLE_SETTLE    seconds between the two "after" readings (default 5; quick 2)
 #   IDLE_TARGETS   which servers to measure, in order
-#                  (default "hotkeyproxy twemproxy redis")
+#                  (default "hotkeyproxy twemproxy redis", with "baseline"
+#                  first when IDLE_BASELINE_BIN is set)
+#   IDLE_BASELINE_BIN  another hotkeyproxy binary (an older build), measured
+#                  as the target "baseline" in the same run
 #   HOTKEYPROXY_BIN, BENCH_KEEP=1   as in passthrough.sh
 #
 # Each target runs on its own (the others idle, unconnected), on 127.0.0.1,
@@ -24,7 +27,9 @@ if [[ ${BENCH_QUICK:-0} == 1 ]]; then
 else
 	CLIENTS=${IDLE_CLIENTS:-10000} SETTLE=${IDLE_SETTLE:-5}
 fi
-read -r -a TARGETS <<<"${IDLE_TARGETS:-hotkeyproxy twemproxy redis}"
+default_targets="hotkeyproxy twemproxy redis"
+if [[ -n ${IDLE_BASELINE_BIN:-} ]]; then default_targets="baseline $default_targets"; fi
+read -r -a TARGETS <<<"${IDLE_TARGETS:-$default_targets}"
 
 for tool in go redis-server redis-cli nutcracker ss timeout; do
 	command -v "$tool" >/dev/null || bench_die "$tool not found"
@@ -45,6 +50,13 @@ bench_log "building idleclients"
 # Redis must take the clients itself when it is a target, plus the proxies'.
 bench_start_redis --maxclients $((CLIENTS + 100))
 # max_clients above CLIENTS, so that all of them fit (default 10000).
+if [[ -n ${IDLE_BASELINE_BIN:-} ]]; then
+	own_bin=$HKP_BIN HKP_BIN=$IDLE_BASELINE_BIN
+	bench_start_proxy "$REDIS_PORT" "limits: {max_clients: $((CLIENTS * 2))}"
+	mv "$BENCH_TMP/hotkeyproxy.log" "$BENCH_TMP/baseline.log" # it keeps writing there
+	BASE_PORT=$PROXY_PORT BASE_PID=$PROXY_PID HKP_BIN=$own_bin
+	redis-cli -h 127.0.0.1 -p "$BASE_PORT" set bench:idle ok >/dev/null
+fi
 bench_start_proxy "$REDIS_PORT" "limits: {max_clients: $((CLIENTS * 2))}"
 bench_start_twemproxy "$REDIS_PORT"
 bench_log "redis-server :$REDIS_PORT, hotkeyproxy :$PROXY_PORT, nutcracker :$TWEM_PORT; open-file limit $nofile"
@@ -60,6 +72,10 @@ failed=0
 for t in "${TARGETS[@]}"; do
 	case $t in
 	hotkeyproxy) pid=$PROXY_PID port=$PROXY_PORT ;;
+	baseline)
+		[[ -n ${BASE_PID:-} ]] || bench_die "target baseline needs IDLE_BASELINE_BIN"
+		pid=$BASE_PID port=$BASE_PORT
+		;;
 	twemproxy) pid=$TWEM_PID port=$TWEM_PORT ;;
 	redis) pid=$REDIS_PID port=$REDIS_PORT ;;
 	*) bench_die "unknown target $t" ;;
@@ -114,6 +130,7 @@ report=$(
 	printf '%s\n' "${rows[@]}"
 	echo
 	echo "- machine: $(nproc) CPUs, $(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo), Linux $(uname -r); $(go version | sed 's/^go version //')"
+	if [[ -n ${IDLE_BASELINE_BIN:-} ]]; then echo "- baseline: $IDLE_BASELINE_BIN"; fi
 	echo "- hotkeyproxy $(git -C "$BENCH_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown), limits.max_clients $((CLIENTS * 2)); redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p'); $(nutcracker -V 2>&1 | head -n 1 | sed 's/^This is //')"
 )
 echo

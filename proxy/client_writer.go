@@ -45,7 +45,7 @@ type clientWriter struct {
 	queue    [][]byte
 	queued   atomic.Int64  // bytes in queue or being written from it; written under mu, read without
 	running  chan struct{} // non-nil while the background writer runs; closed when it ends
-	progress chan struct{} // cap 1: the background writer wrote some
+	progress chan struct{} // cap 1: the background writer wrote some; made when it first starts
 	err      error         // sticky
 }
 
@@ -60,7 +60,7 @@ const (
 )
 
 func newClientWriter(nc net.Conn, limit int) *clientWriter {
-	w := &clientWriter{nc: nc, limit: limit, progress: make(chan struct{}, 1)}
+	w := &clientWriter{nc: nc, limit: limit}
 	if sc, ok := nc.(syscall.Conn); ok {
 		w.raw, _ = sc.SyscallConn()
 	}
@@ -133,6 +133,11 @@ func (w *clientWriter) send(p []byte, clone bool) (kept bool, err error) {
 	}
 	w.mu.Lock()
 	w.running = make(chan struct{})
+	if w.progress == nil {
+		// Set once, under mu, before anything is queued: waitBelow, which
+		// only selects on it with bytes queued, reads it after mu.
+		w.progress = make(chan struct{}, 1)
+	}
 	kept, added := w.enqueue(p[n:], clone)
 	err = w.err
 	go w.drain(w.running)

@@ -21,6 +21,15 @@ import (
 
 func startTestProxy(t testing.TB, upstream string, edit func(*config.Config)) string {
 	t.Helper()
+	srv, addr := startTestServer(t, upstream, edit)
+	t.Cleanup(func() { srv.Shutdown(t.Context()) })
+	return addr
+}
+
+// startTestServer is startTestProxy for a caller that shuts the server
+// down itself.
+func startTestServer(t testing.TB, upstream string, edit func(*config.Config)) (*Server, string) {
+	t.Helper()
 	cfg := config.Default()
 	cfg.Upstream.Addrs = []string{upstream}
 	cfg.Metrics.Listen = ""
@@ -36,8 +45,7 @@ func startTestProxy(t testing.TB, upstream string, edit func(*config.Config)) st
 		t.Fatal(err)
 	}
 	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Shutdown(t.Context()) })
-	return ln.Addr().String()
+	return srv, ln.Addr().String()
 }
 
 // dialClient connects a test client whose every read and write must be

@@ -151,7 +151,6 @@ func newSession(srv *Server, nc net.Conn, w *clientWriter, id uint64) *session {
 	s.rd.SetGrowHook(s.account)
 	s.w = w
 	w.mem = &s.mem
-	s.b.DoneCh = make(chan struct{}, 1)
 	s.tx.slot = -1
 	s.cs.RoundTrip = upstream.NewRoundTrip(srv.up.Cluster, id)
 	if s.redisChecks() {
@@ -534,6 +533,9 @@ func (s *session) sendBatch(block *resp.Command) {
 	default:
 		from := len(s.out)
 		b.Out, b.OKLen, b.Done, b.Err = s.out, from, 0, nil
+		if b.DoneCh == nil {
+			b.DoneCh = make(chan struct{}, 1) // made on first use: an idle client holds none
+		}
 		s.pool.Send(&s.shared, s.upstreamKey(), s.id, b)
 		<-b.DoneCh
 		s.out, b.Out = b.Out, nil

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"io"
 	"math"
+	"os"
+	"sync"
+	"syscall"
 )
 
 // Sizes of the arguments' arena: what a first pipeline gets, and the
@@ -56,11 +59,23 @@ type Command struct {
 	Raw []byte
 }
 
+// readBuffers holds the minReadSize buffers of socket readers that wait
+// with nothing buffered: a reader waiting for its client's next command
+// holds none, so an idle client costs no read buffer; its next read takes
+// one (see readIdle).
+var readBuffers = sync.Pool{New: func() any { return new([minReadSize]byte) }}
+
 // CommandReader parses client requests. It is not safe for concurrent use.
 type CommandReader struct {
-	rd           io.Reader
-	buf          []byte
-	start, end   int // unparsed input is buf[start:end]
+	rd  io.Reader
+	buf []byte
+	// raw is rd's socket when rd has one (syscall.Conn): then the reader
+	// waits for input with no buffer; nil for other readers, TLS too.
+	raw          syscall.RawConn
+	readFD       func(fd uintptr) bool // readStep as a method value made once
+	got          int                   // readStep's result: bytes read…
+	gotErr       error                 // …or why none
+	start, end   int                   // unparsed input is buf[start:end]
 	maxQuery     int
 	maxBulk      int64
 	authRequired bool
@@ -89,8 +104,20 @@ type CommandReader struct {
 // client may have buffered (Redis client-query-buffer-limit, default 1 GiB);
 // maxBulk is the largest bulk argument accepted (Redis proto-max-bulk-len,
 // default 512 MiB).
+//
+// When rd is a socket (a syscall.Conn such as *net.TCPConn), a reader with
+// nothing buffered gives its buffer back while it waits for the client and
+// takes one from a shared pool once input arrives. Read deadlines and
+// Close still end the wait; the error then is the net.Conn's.
 func NewCommandReader(rd io.Reader, maxQuery int, maxBulk int64) *CommandReader {
-	return &CommandReader{rd: rd, maxQuery: maxQuery, maxBulk: maxBulk}
+	r := &CommandReader{rd: rd, maxQuery: maxQuery, maxBulk: maxBulk}
+	if sc, ok := rd.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil {
+			r.raw = raw
+			r.readFD = r.readStep
+		}
+	}
+	return r
 }
 
 // SetAuthRequired applies Redis's tighter limits for clients that have not
@@ -100,7 +127,10 @@ func (r *CommandReader) SetAuthRequired(v bool) { r.authRequired = v }
 // Buffered reports how many bytes have been read but not yet parsed.
 func (r *CommandReader) Buffered() int { return r.end - r.start }
 
-// Size reports the bytes the reader's buffer holds, used or not.
+// Size reports the bytes the reader's buffer holds, used or not: 0 while
+// a socket reader waits with nothing buffered. Taking and giving back that
+// pooled buffer does not call the grow hook, so that a client's every
+// request does not change the accounts twice.
 func (r *CommandReader) Size() int { return len(r.buf) }
 
 // SetGrowHook sets f to be called whenever the buffer is made anew (grown,
@@ -157,11 +187,10 @@ func (r *CommandReader) ReadCommands() ([]Command, error) {
 			r.buf, r.start, r.end = nil, 0, 0 // idle: give a grown buffer back
 			r.resized()
 		}
-		r.compact(r.readSize())
 		if r.start == r.end {
 			r.args = nil // may wait long: an idle client keeps none
 		}
-		n, err := r.rd.Read(r.buf[r.end:])
+		n, err := r.read()
 		r.end += n
 		if n == 0 && err != nil {
 			r.err = err
@@ -173,6 +202,63 @@ func (r *CommandReader) ReadCommands() ([]Command, error) {
 // Resume forgets the error of the last read, for a caller that made it
 // fail on purpose (a read deadline in the past): the input buffered stays.
 func (r *CommandReader) Resume() { r.err = nil }
+
+// read reads from the client once, into the free room after the unparsed
+// input.
+func (r *CommandReader) read() (int, error) {
+	if r.start == r.end && r.raw != nil && len(r.buf) <= minReadSize {
+		return r.readIdle()
+	}
+	r.compact(r.readSize())
+	return r.rd.Read(r.buf[r.end:])
+}
+
+// readIdle waits for the client with no buffer, then reads into one from
+// readBuffers. r.buf is empty; the commands it held are no longer valid.
+func (r *CommandReader) readIdle() (int, error) {
+	r.release()
+	r.start, r.end = 0, 0
+	r.got, r.gotErr = 0, nil
+	if err := r.raw.Read(r.readFD); err != nil {
+		return 0, err // a deadline, or Close: as net.Conn's Read says them
+	}
+	return r.got, r.gotErr
+}
+
+// readStep is readIdle's step on the socket: a read when input is there,
+// false (wait) when not. The buffer goes back to the pool meanwhile.
+func (r *CommandReader) readStep(fd uintptr) bool {
+	if r.buf == nil {
+		r.buf = readBuffers.Get().(*[minReadSize]byte)[:]
+	}
+	for {
+		n, err := syscall.Read(int(fd), r.buf)
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN:
+			r.release()
+			return false
+		case err != nil:
+			r.gotErr = os.NewSyscallError("read", err)
+		case n == 0:
+			r.gotErr = io.EOF
+		default:
+			r.got = n
+		}
+		return true
+	}
+}
+
+// release gives a buffer of minReadSize back to readBuffers; the reader
+// keeps a bigger one (up to maxReadSize), as a client that sent big
+// pipelines once is likely to again.
+func (r *CommandReader) release() {
+	if len(r.buf) == minReadSize {
+		readBuffers.Put((*[minReadSize]byte)(r.buf))
+		r.buf = nil
+	}
+}
 
 // readSize is how much free room the next read wants: the rest of a bulk
 // being received, but never more than what has arrived already, so a
@@ -206,6 +292,9 @@ func (r *CommandReader) compact(n int) {
 	} else {
 		buf := make([]byte, max(used+n, 2*len(r.buf), minReadSize))
 		copy(buf, r.buf[r.start:r.end])
+		if r.raw != nil {
+			r.release() // the commands it held are no longer valid
+		}
 		r.buf = buf
 		defer r.resized()
 	}

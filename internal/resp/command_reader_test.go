@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
+	"os"
 	"runtime"
 	"slices"
 	"strconv"
@@ -803,6 +804,98 @@ func TestParseIntCanonical(t *testing.T) {
 				t.Fatalf("case %d: ParseInt accepts a leading zero in %q", i, "0"+s)
 			}
 		}
+	}
+}
+
+// tcpPair is a loopback TCP connection: the server's end and the client's.
+func tcpPair(t *testing.T) (server, client net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err = ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { server.Close(); client.Close() })
+	return server, client
+}
+
+// TestCommandReaderSocket reads the split pipeline from sockets, several
+// at once so that they share the pool of read buffers, each written in
+// random pieces: whatever reads the pieces arrive in, the commands are the
+// same.
+func TestCommandReaderSocket(t *testing.T) {
+	in, want := splitPipeline(150 << 10)
+	const conns = 4
+	errs := make(chan error, conns)
+	for i := range conns {
+		server, client := tcpPair(t)
+		go func() {
+			rng := rand.New(rand.NewPCG(uint64(i), 7))
+			for rest := in; len(rest) > 0; {
+				n := min(len(rest), 1+rng.IntN(1<<rng.IntN(15)))
+				if _, err := client.Write(rest[:n]); err != nil {
+					errs <- err
+					return
+				}
+				rest = rest[n:]
+			}
+			errs <- client.(*net.TCPConn).CloseWrite()
+		}()
+		t.Run(strconv.Itoa(i), func(t *testing.T) {
+			t.Parallel()
+			got, err := readAll(t, resp.NewCommandReader(server, defaultMaxQuery, defaultMaxBulk))
+			if err != io.EOF || !equalCmds(got, want) {
+				t.Errorf("got %d commands %.300q, error %v; want %d commands, io.EOF", len(got), got, err, len(want))
+			}
+		})
+	}
+	t.Cleanup(func() {
+		for range conns {
+			if err := <-errs; err != nil {
+				t.Errorf("writing the pipeline: %v", err)
+			}
+		}
+	})
+}
+
+// TestCommandReaderSocketIdle: a socket reader that waits for its client
+// with nothing buffered holds no buffer, and its wait ends with the
+// connection's deadline error.
+func TestCommandReaderSocketIdle(t *testing.T) {
+	server, client := tcpPair(t)
+	r := resp.NewCommandReader(server, defaultMaxQuery, defaultMaxBulk)
+	for i := range 3 {
+		ping := multibulk("ECHO", strconv.Itoa(i))
+		if _, err := client.Write([]byte(ping)); err != nil {
+			t.Fatal(err)
+		}
+		cmds, err := r.ReadCommands()
+		if err != nil || len(cmds) != 1 || string(cmds[0].Raw) != ping {
+			t.Fatalf("read %d: got %q, %v; want %q", i, cmdsArgs(cmds), err, ping)
+		}
+		if r.Size() == 0 {
+			t.Fatalf("read %d: the reader holds no buffer for the commands it returned", i)
+		}
+	}
+	server.SetReadDeadline(time.Unix(1, 0))
+	cmds, err := r.ReadCommands()
+	if len(cmds) != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("after the deadline: got %q, %v; want no command, %v", cmdsArgs(cmds), err, os.ErrDeadlineExceeded)
+	}
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Errorf("the deadline's error %v is not a net.Error that timed out", err)
+	}
+	if n := r.Size(); n != 0 {
+		t.Errorf("a reader waiting with nothing buffered holds a buffer of %d bytes, want 0", n)
 	}
 }
 
