@@ -61,6 +61,9 @@ type RoundTrip struct {
 	batches  []*nodeBatch // the first round's, reused from run to run
 	used     int          // batches[:used] are in use
 	reqBytes int
+	// ran is collectRound's scratch: the parts routed by a slot that got
+	// their final reply in the round, in order.
+	ran []int
 }
 
 // NewRoundTrip returns a RoundTrip on c's nodes for the user id, which
@@ -203,7 +206,7 @@ func (r *RoundTrip) collectRound() []*nodeBatch {
 		again  bool
 	}
 	var retries []retry
-	var ran map[int]int // slot → the last part of it that got its reply
+	r.ran = r.ran[:0]
 	for i := range r.parts {
 		p := &r.parts[i]
 		if p.reply != nil {
@@ -225,10 +228,7 @@ func (r *RoundTrip) collectRound() []*nodeBatch {
 			// Final unless the part it follows is sent again (below).
 		case target == nil:
 			if p.slot >= 0 {
-				if ran == nil {
-					ran = make(map[int]int)
-				}
-				ran[p.slot] = i
+				r.ran = append(r.ran, i)
 			}
 		case again && p.waits >= maxWaits, !again && p.hops >= MaxHops:
 			if !again {
@@ -242,7 +242,7 @@ func (r *RoundTrip) collectRound() []*nodeBatch {
 	var wait time.Duration
 	for _, rt := range retries {
 		p := &r.parts[rt.part]
-		if last, ok := ran[p.slot]; ok && rt.again && last > rt.part {
+		if rt.again && r.ranAfter(rt.part) {
 			continue // Redis's TRYAGAIN stands
 		}
 		if rt.again {
@@ -279,6 +279,17 @@ func (r *RoundTrip) collectRound() []*nodeBatch {
 	}
 	time.Sleep(wait)
 	return next
+}
+
+// ranAfter reports whether a part after part i, for its slot, got its
+// final reply in the round collectRound reads.
+func (r *RoundTrip) ranAfter(i int) bool {
+	for _, j := range r.ran {
+		if j > i && r.parts[j].slot == r.parts[i].slot {
+			return true
+		}
+	}
+	return false
 }
 
 // askingReq is sent before a command an ASK redirection names a node for.
