@@ -154,7 +154,7 @@ func parseScanCursor(t *upstream.Topology, arg []byte) (scanPos, bool) {
 		return scanPos{topo: t}, true
 	}
 	slot := uint16(c & (hashslot.Count - 1))
-	i := t.MasterIndex(t.Slots[slot])
+	i := t.MasterOf(int(slot))
 	if i < 0 || t.Lowest[i] != slot {
 		return scanPos{}, false
 	}

@@ -44,16 +44,14 @@ func TestMergeReplies(t *testing.T) {
 
 // threeMasters is a topology of three masters over contiguous ranges.
 func threeMasters() *upstream.Topology {
-	t := &upstream.Topology{}
+	var slots [hashslot.Count]*upstream.Node
 	for i, start := range []int{0, 5461, 10923} {
 		n := &upstream.Node{Addr: string(rune('a' + i))}
-		t.Masters = append(t.Masters, n)
-		t.Lowest = append(t.Lowest, uint16(start))
 		for s := start; s < hashslot.Count; s++ {
-			t.Slots[s] = n
+			slots[s] = n
 		}
 	}
-	return t
+	return upstream.NewTopology(&slots)
 }
 
 // TestScanCursorWalksEveryMaster follows the proxy's SCAN cursors from 0

@@ -93,7 +93,7 @@ func (s *session) clusterForward(cmd *resp.Command, c *command) {
 	}
 	switch {
 	case slot >= 0:
-		s.queue(t, t.Slots[slot], slot, mergeOne, cmd)
+		s.queue(t, t.Node(slot), slot, mergeOne, cmd)
 		s.learnScript(cmd, c)
 	case len(s.cs.keyIdx) > 0:
 		s.clusterSplit(t, cmd, c, 1)
@@ -126,7 +126,7 @@ func (s *session) clusterSlot(cmd *resp.Command, c *command) (t *upstream.Topolo
 			return nil, -1, false
 		}
 	}
-	if t.Slots[first] == nil {
+	if t.Node(first) == nil {
 		s.srv.up.Cluster.Refresh()
 		s.replyError(rediserr.SlotNotServed)
 		return nil, -1, false
@@ -150,7 +150,7 @@ func (s *session) clusterSplit(t *upstream.Topology, cmd *resp.Command, c *comma
 	order := make([]int, 0, len(s.cs.keyIdx))
 	for _, i := range s.cs.keyIdx {
 		slot := int(hashslot.Of(cmd.Args[i]))
-		if t.Slots[slot] == nil {
+		if t.Node(slot) == nil {
 			s.srv.up.Cluster.Refresh()
 			s.replyError(rediserr.SlotNotServed)
 			return
@@ -171,7 +171,7 @@ func (s *session) clusterSplit(t *upstream.Topology, cmd *resp.Command, c *comma
 	cc := s.addCmd(c.merge)
 	cc.order, cc.per = order, per
 	for g, slot := range slots {
-		s.cs.Queue(t.Slots[slot], slot, nil, groups[g])
+		s.cs.Queue(t.Node(slot), slot, nil, groups[g])
 	}
 	s.endCmd()
 }

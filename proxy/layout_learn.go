@@ -13,10 +13,13 @@ import (
 // command that fails on a layout (INCR…: not an integer; a deduct script:
 // a Lua error) and did nothing.
 type layoutMark struct {
-	reply      int  // its reply's place among those of the batch
-	first, end int  // its arguments: session.markEnds[first:end]
-	keyAt      int  // its key's argument, for a command that failed
-	failed     bool // the command fails on a layout (else: GET or MGET)
+	reply int // its reply's place among those of the batch
+	// args are its arguments, as the client's commands hold them: valid
+	// until the session reads the client again, which it does only after
+	// readLayouts.
+	args   [][]byte
+	keyAt  int  // its key's argument, for a command that failed
+	failed bool // the command fails on a layout (else: GET or MGET)
 }
 
 // markLayout notes a command that may be relayed and whose reply
@@ -29,41 +32,15 @@ func (s *session) markLayout(name string, args [][]byte) {
 	if !ok {
 		return
 	}
-	m := layoutMark{reply: s.b.N + len(s.cs.cmds), first: len(s.markEnds), keyAt: keyAt, failed: failed}
-	for _, a := range args {
-		s.markArgs = append(s.markArgs, a...)
-		s.markEnds = append(s.markEnds, len(s.markArgs))
-	}
-	m.end = len(s.markEnds)
-	s.marks = append(s.marks, m)
+	s.marks = append(s.marks, layoutMark{reply: s.b.N + len(s.cs.cmds), args: args, keyAt: keyAt, failed: failed})
 }
 
 // unmarkLayout drops the mark of the command just noted: it is answered
 // here, not relayed.
 func (s *session) unmarkLayout() {
 	if n := len(s.marks); n > 0 && s.marks[n-1].reply == s.b.N+len(s.cs.cmds) {
-		m := s.marks[n-1]
 		s.marks = s.marks[:n-1]
-		s.markEnds = s.markEnds[:m.first]
-		s.markArgs = s.markArgs[:0]
-		if m.first > 0 {
-			s.markArgs = s.markArgs[:s.markEnds[m.first-1]]
-		}
 	}
-}
-
-// markedArgs are the arguments of m, pointing into markArgs.
-func (s *session) markedArgs(m layoutMark) [][]byte {
-	args := make([][]byte, 0, m.end-m.first)
-	start := 0
-	if m.first > 0 {
-		start = s.markEnds[m.first-1]
-	}
-	for _, end := range s.markEnds[m.first:m.end] {
-		args = append(args, s.markArgs[start:end])
-		start = end
-	}
-	return args
 }
 
 // readLayouts looks at the replies of the marked commands, appended to out
@@ -73,7 +50,7 @@ func (s *session) markedArgs(m layoutMark) [][]byte {
 // on, and the command is answered again as on a hot key (contract 9). The
 // usual batch costs one scan for the layout prefix and for an error.
 func (s *session) readLayouts(from int) {
-	defer func() { s.marks, s.markArgs, s.markEnds = s.marks[:0], s.markArgs[:0], s.markEnds[:0] }()
+	defer s.clearMarks()
 	out := s.out[from:]
 	layout := bytes.Contains(out, []byte(rewrite.MarkerPrefix))
 	if !layout && (len(out) == 0 || out[0] != '-' && !bytes.Contains(out, []byte("\r\n-"))) {
@@ -99,10 +76,16 @@ func (s *session) readLayouts(from int) {
 	s.out = append(s.out, rest...)
 }
 
+// clearMarks forgets the marks once their replies are settled.
+func (s *session) clearMarks() {
+	clear(s.marks) // their arguments are the client's
+	s.marks = s.marks[:0]
+}
+
 // reread is the reply of the marked command m, which Redis answered r.
 func (s *session) reread(m layoutMark, r []byte) []byte {
 	e := s.srv.hot
-	args := s.markedArgs(m)
+	args := m.args
 	if m.failed {
 		return s.retryFailed(args, m.keyAt, r)
 	}

@@ -115,9 +115,7 @@ type session struct {
 
 	// Relayed commands whose replies may show a key held as buckets that
 	// this proxy did not know was hot (contract 9): see markLayout.
-	marks    []layoutMark
-	markArgs []byte // their arguments, back to back
-	markEnds []int  // where each argument ends in markArgs
+	marks []layoutMark
 
 	nameBuf [24]byte
 	keysBuf [8]int // hotCommand's key positions, kept off the heap

@@ -279,7 +279,7 @@ func (s *session) clusterStream(cmd *resp.Command, c *command) {
 	}
 	n := t.Masters[0]
 	if slot >= 0 {
-		n = t.Slots[slot]
+		n = t.Node(slot)
 	}
 	s.flush()
 	if !s.ownOn(n) {
@@ -419,7 +419,7 @@ func (s *session) shardChannelsHere(channels [][]byte) bool {
 	}
 	for _, ch := range channels {
 		slot := hashslot.Of(ch)
-		if t.Slots[slot] != s.cs.ownNode && !s.followsSlot(slot) {
+		if t.Node(int(slot)) != s.cs.ownNode && !s.followsSlot(slot) {
 			return false
 		}
 	}

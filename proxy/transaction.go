@@ -117,11 +117,11 @@ func (s *session) clusterOwn(cmd *resp.Command, c *command) {
 			return
 		}
 		s.flush()
-		if name != "watch" && s.tx.watching && t.Slots[slot] != s.cs.ownNode {
-			s.blockAside(cmd, t.Slots[slot])
+		if name != "watch" && s.tx.watching && t.Node(slot) != s.cs.ownNode {
+			s.blockAside(cmd, t.Node(slot))
 			return
 		}
-		if !s.ownOn(t.Slots[slot]) {
+		if !s.ownOn(t.Node(slot)) {
 			return
 		}
 		s.cs.hold = true
@@ -191,7 +191,7 @@ func (s *session) clusterTx(cmd *resp.Command, c *command) bool {
 	}
 	switch {
 	case slot >= 0 && s.tx.slot < 0:
-		if t.Slots[slot] != cs.ownNode && !s.moveTx(t.Slots[slot]) {
+		if t.Node(slot) != cs.ownNode && !s.moveTx(t.Node(slot)) {
 			return true
 		}
 		s.tx.slot = slot

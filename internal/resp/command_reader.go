@@ -7,6 +7,13 @@ import (
 	"math"
 )
 
+// Sizes of the arguments' arena: what a first pipeline gets, and the
+// most it grows to for the many small commands of a long one.
+const (
+	minArgs     = 4
+	maxArgsKept = 4096
+)
+
 // Limits Redis applies to what a client sends (networking.c, Redis 7.0).
 const (
 	// InlineMax is PROTO_INLINE_MAX_SIZE: the longest inline command, and the
@@ -71,6 +78,11 @@ type CommandReader struct {
 		marks  []int // start and end offsets of the arguments read
 	}
 	cmds []Command
+	// args holds the Args of the commands of one ReadCommands call back
+	// to back, so that a pipeline costs one allocation, not one per
+	// command; dropped before the reader waits for its client.
+	args     [][]byte
+	argsHint int // how many arguments the last call's commands had: the next arena's size
 }
 
 // NewCommandReader reads from rd. maxQuery bounds the unparsed bytes one
@@ -126,6 +138,11 @@ func (r *CommandReader) ReadCommands() ([]Command, error) {
 	}
 	clear(r.cmds) // drop references into an old buffer
 	r.cmds = r.cmds[:0]
+	if len(r.args) > 0 {
+		r.argsHint = len(r.args)
+	}
+	clear(r.args)
+	r.args = r.args[:0]
 	for {
 		err := r.parse()
 		if len(r.cmds) > 0 || err != nil {
@@ -141,6 +158,9 @@ func (r *CommandReader) ReadCommands() ([]Command, error) {
 			r.resized()
 		}
 		r.compact(r.readSize())
+		if r.start == r.end {
+			r.args = nil // may wait long: an idle client keeps none
+		}
 		n, err := r.rd.Read(r.buf[r.end:])
 		r.end += n
 		if n == 0 && err != nil {
@@ -315,11 +335,16 @@ func (r *CommandReader) parseMultibulk() (bool, error) {
 		p.left--
 	}
 	raw := b[:p.pos]
-	args := make([][]byte, len(p.marks)/2)
-	for i := range args {
-		args[i] = raw[p.marks[2*i]:p.marks[2*i+1]]
+	n := len(p.marks) / 2
+	if cap(r.args)-len(r.args) < n {
+		// Commands already parsed keep the old one.
+		r.args = make([][]byte, 0, max(n, min(max(2*cap(r.args), r.argsHint), maxArgsKept), minArgs))
 	}
-	r.cmds = append(r.cmds, Command{Args: args, Raw: raw})
+	first := len(r.args)
+	for i := range n {
+		r.args = append(r.args, raw[p.marks[2*i]:p.marks[2*i+1]])
+	}
+	r.cmds = append(r.cmds, Command{Args: r.args[first:len(r.args):len(r.args)], Raw: raw})
 	r.start += p.pos
 	p.active = false
 	return true, nil

@@ -805,3 +805,27 @@ func TestParseIntCanonical(t *testing.T) {
 		}
 	}
 }
+
+// The commands of one read share an arena for their arguments: each must
+// still own its Args, so that a caller appending to one (or keeping it
+// while it handles the next) never sees or changes another's.
+func TestCommandReaderArgsApart(t *testing.T) {
+	var pipeline strings.Builder
+	const n = 100 // past the arena's first sizes
+	for i := range n {
+		fmt.Fprintf(&pipeline, "*2\r\n$3\r\nGET\r\n$%d\r\nk%d\r\n", len(strconv.Itoa(i))+1, i)
+	}
+	r := resp.NewCommandReader(strings.NewReader(pipeline.String()), defaultMaxQuery, defaultMaxBulk)
+	cmds, err := r.ReadCommands()
+	if err != nil || len(cmds) != n {
+		t.Fatalf("got %d commands, %v; want %d", len(cmds), err, n)
+	}
+	for i := range cmds {
+		cmds[i].Args = append(cmds[i].Args, []byte("extra"))
+	}
+	for i, c := range cmds {
+		if len(c.Args) != 3 || string(c.Args[0]) != "GET" || string(c.Args[1]) != "k"+strconv.Itoa(i) || string(c.Args[2]) != "extra" {
+			t.Fatalf("command %d = %q after appends to each", i, c.Args)
+		}
+	}
+}

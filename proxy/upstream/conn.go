@@ -156,33 +156,47 @@ func (c *Conn) Usable() bool { return c.state.Load() == 0 }
 // reports false, with b untouched, only when c was replaced after a stall
 // and closed since: b was never sent, so it may go on another connection.
 func (c *Conn) Send(b *Batch) bool {
+	held, ok := c.queue(b)
+	if held {
+		// Let the other clients the poller just woke queue their batches
+		// too, so one write carries them all: per-request writes to Redis
+		// cost more CPU than the proxy's own work.
+		runtime.Gosched()
+		c.writeHeld()
+	}
+	return ok
+}
+
+// queue is Send without the write: when held is true the caller took the
+// write side, and must call writeHeld (after letting others queue).
+func (c *Conn) queue(b *Batch) (held, ok bool) {
 	c.mu.Lock()
 	switch {
 	case c.err == errDrained:
 		c.mu.Unlock()
-		return false
+		return false, false
 	case c.err != nil:
 		err := c.err
 		c.mu.Unlock()
 		b.Err = err
 		b.DoneCh <- struct{}{}
-		return true
+		return false, true
 	case c.writing:
 		c.pending = append(c.pending, b)
 		c.mu.Unlock()
-		return true
+		return false, true
 	}
 	c.writing = true
 	c.pending = append(c.pending, b)
 	c.mu.Unlock()
-	// Let the other clients the poller just woke queue their batches too,
-	// so one write carries them all: per-request writes to Redis cost more
-	// CPU than the proxy's own work.
-	runtime.Gosched()
+	return true, true
+}
+
+// writeHeld writes what is queued, for the holder of the write side.
+func (c *Conn) writeHeld() {
 	if c.writePending() {
 		c.endWrite()
 	}
-	return true
 }
 
 // writePending writes every queued batch in one write. Only the holder of

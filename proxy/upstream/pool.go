@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -321,6 +322,15 @@ func usable(slots []*sharedSlot, c *Conn) *Conn {
 // call. When Get fails, so does b, with Get's error. b.DoneCh is signalled
 // when b is complete or failed.
 func (p *Pool) Send(conn **Conn, k Key, id uint64, b *Batch) {
+	if c := p.queue(conn, k, id, b); c != nil {
+		runtime.Gosched() // as Conn.Send
+		c.writeHeld()
+	}
+}
+
+// queue is Send without the write: it returns the connection whose write
+// side the caller took, to writeHeld, or nil.
+func (p *Pool) queue(conn **Conn, k Key, id uint64, b *Batch) *Conn {
 	for {
 		c := *conn
 		if c == nil || !c.Usable() {
@@ -329,12 +339,16 @@ func (p *Pool) Send(conn **Conn, k Key, id uint64, b *Batch) {
 				*conn = nil
 				b.Err = err
 				b.DoneCh <- struct{}{}
-				return
+				return nil
 			}
 			*conn = c
 		}
-		if c.Send(b) {
-			return
+		held, ok := c.queue(b)
+		if ok {
+			if held {
+				return c
+			}
+			return nil
 		}
 		*conn = nil // closed after a stall since Get gave it: b was not sent
 	}

@@ -118,7 +118,7 @@ func (u *Redis) Do(reqs []rewrite.Request) [][]byte {
 				continue
 			}
 			slot := int(hashslot.Of(q.Key))
-			if n = t.Slots[slot]; n == nil {
+			if n = t.Node(slot); n == nil {
 				n = t.Masters[0] // it answers CLUSTERDOWN, which is retried
 			}
 			r.Queue(n, slot, nil, q.Args)
@@ -187,7 +187,7 @@ var doBatches = sync.Pool{New: func() any { return &Batch{Ends: make([]int, 0, 8
 func (u *Redis) Placement() (int, func(uint16) int) {
 	if c := u.Cluster; c != nil {
 		if t, _, err := c.Current(); err == nil {
-			return len(t.Masters), func(s uint16) int { return t.MasterIndex(t.Slots[s]) }
+			return len(t.Masters), func(s uint16) int { return t.MasterOf(int(s)) }
 		}
 	}
 	return 1, func(uint16) int { return 0 }
@@ -197,8 +197,8 @@ func (u *Redis) Placement() (int, func(uint16) int) {
 // slot, or "?" while the cluster has none.
 func (u *Redis) Node(slot uint16) string {
 	if c := u.Cluster; c != nil {
-		if t, _, err := c.Current(); err == nil && t.Slots[slot] != nil {
-			return t.Slots[slot].Addr
+		if t, _, err := c.Current(); err == nil && t.Node(int(slot)) != nil {
+			return t.Node(int(slot)).Addr
 		}
 		return "?"
 	}

@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"bytes"
+	"runtime"
 	"slices"
 	"time"
 
@@ -66,9 +67,8 @@ type RoundTrip struct {
 	batches  []*nodeBatch // the first round's, reused from run to run
 	used     int          // batches[:used] are in use
 	reqBytes int
-	// ran is collectRound's scratch: the parts routed by a slot that got
-	// their final reply in the round, in order.
-	ran []int
+	ran      []int   // collectRound's: the parts with a slot answered in this round, in order
+	held     []*Conn // sendRound's: the connections whose write side it took
 }
 
 // NewRoundTrip returns a RoundTrip on c's nodes for the user id, which
@@ -194,7 +194,17 @@ func (r *RoundTrip) sendRound(round []*nodeBatch) {
 		if r.login != nil {
 			p = r.login.Pool(p)
 		}
-		p.Send(&nb.conn, r.key, r.id, &nb.Batch)
+		if c := p.queue(&nb.conn, r.key, r.id, &nb.Batch); c != nil {
+			r.held = append(r.held, c)
+		}
+	}
+	if len(r.held) > 0 {
+		runtime.Gosched() // once for every node, as Conn.Send for one
+		for _, c := range r.held {
+			c.writeHeld()
+		}
+		clear(r.held)
+		r.held = r.held[:0]
 	}
 	for _, nb := range round {
 		<-nb.DoneCh
@@ -295,11 +305,12 @@ func (r *RoundTrip) collectRound() []*nodeBatch {
 	return next
 }
 
-// ranAfter reports whether a part after part i, for its slot, got its
-// final reply in the round collectRound reads.
-func (r *RoundTrip) ranAfter(i int) bool {
-	for _, j := range r.ran {
-		if j > i && r.parts[j].slot == r.parts[i].slot {
+// ranAfter reports whether a part after part, of its slot, got its reply
+// in the round collectRound just read.
+func (r *RoundTrip) ranAfter(part int) bool {
+	slot := r.parts[part].slot
+	for k := len(r.ran) - 1; k >= 0 && r.ran[k] > part; k-- {
+		if r.parts[r.ran[k]].slot == slot {
 			return true
 		}
 	}
@@ -332,10 +343,10 @@ func (r *RoundTrip) redirect(p *clusterPart) (target *Node, first []byte, again 
 	case bytes.HasPrefix(p.reply, []byte("-TRYAGAIN")), bytes.HasPrefix(p.reply, []byte("-CLUSTERDOWN")):
 		c.Refresh()
 		t, _, err := c.Current()
-		if err != nil || p.slot < 0 || t.Slots[p.slot] == nil {
+		if err != nil || p.slot < 0 || t.Node(p.slot) == nil {
 			return p.nb.node, nil, true
 		}
-		return t.Slots[p.slot], nil, true
+		return t.Node(p.slot), nil, true
 	}
 	return nil, nil, false
 }

@@ -44,13 +44,12 @@ func testCluster(t *testing.T) *Cluster {
 
 // serve publishes a slot map with every slot on the node at addr.
 func (c *Cluster) serve(addr string) {
-	t := &Topology{}
+	var slots [hashslot.Count]*Node
 	n := c.Node(addr)
-	for s := range t.Slots {
-		t.Slots[s] = n
+	for s := range slots {
+		slots[s] = n
 	}
-	t.Masters, t.Lowest = []*Node{n}, []uint16{0}
-	c.topo.Store(t)
+	c.topo.Store(NewTopology(&slots))
 	c.keys.Store(&keyspec.Table{})
 }
 
@@ -103,7 +102,7 @@ func roundTrip(c *Cluster, cmds ...string) []string {
 			args = append(args, []byte(w))
 		}
 		slot := int(hashslot.Of(args[1]))
-		r.Queue(t.Slots[slot], slot, nil, args)
+		r.Queue(t.Node(slot), slot, nil, args)
 	}
 	r.Run()
 	var replies []string
@@ -151,13 +150,13 @@ func TestMovedMovesTheSlot(t *testing.T) {
 	c.serve(a.Addr())
 	roundTrip(c, "GET a")
 	cur, _, _ := c.Current()
-	if cur.Slots[slotA].Addr != b.Addr() {
-		t.Fatalf("slot %d on %s after MOVED, want %s", slotA, cur.Slots[slotA].Addr, b.Addr())
+	if cur.Node(int(slotA)).Addr != b.Addr() {
+		t.Fatalf("slot %d on %s after MOVED, want %s", slotA, cur.Node(int(slotA)).Addr, b.Addr())
 	}
-	if other := (slotA + 1) % hashslot.Count; cur.Slots[other].Addr != a.Addr() {
-		t.Errorf("slot %d moved too, to %s", other, cur.Slots[other].Addr)
+	if other := (slotA + 1) % hashslot.Count; cur.Node(int(other)).Addr != a.Addr() {
+		t.Errorf("slot %d moved too, to %s", other, cur.Node(int(other)).Addr)
 	}
-	if len(cur.Masters) != 2 || cur.MasterIndex(cur.Slots[slotA]) < 0 {
+	if len(cur.Masters) != 2 || cur.MasterIndex(cur.Node(int(slotA))) < 0 {
 		t.Errorf("masters %v, want both nodes", cur.Masters)
 	}
 	cmds := make([]string, 1000)
@@ -376,9 +375,9 @@ func TestRoundTripFollower(t *testing.T) {
 		c.serve(a.Addr())
 		cur, _, _ := c.Current()
 		r := NewRoundTrip(c, 0)
-		r.Queue(cur.Slots[slotA], int(slotA), nil, [][]byte{[]byte("INCR"), []byte("a")})
+		r.Queue(cur.Node(int(slotA)), int(slotA), nil, [][]byte{[]byte("INCR"), []byte("a")})
 		r.QueueFollower([][]byte{[]byte("WAIT"), []byte("1"), []byte("100")})
-		r.Queue(cur.Slots[slotA], -1, nil, [][]byte{[]byte("GET"), []byte("x")})
+		r.Queue(cur.Node(int(slotA)), -1, nil, [][]byte{[]byte("GET"), []byte("x")})
 		r.Run()
 		if got := []string{string(r.Reply(0)), string(r.Reply(1)), string(r.Reply(2))}; got[0] != ":1\r\n" || got[1] != ":1\r\n" || got[2] != "$-1\r\n" {
 			t.Errorf("asking %v: replies %q, want b's INCR and WAIT, a's GET", asking, got)
