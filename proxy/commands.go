@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"slices"
 	"strings"
+
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
 // command is everything the proxy knows about one Redis command (or one
@@ -392,18 +394,7 @@ var commands = func() map[string]*command {
 
 // lowerName lower-cases a command name into buf without allocating; names
 // longer than buf cannot be in the table and come back empty.
-func lowerName(b []byte, buf *[24]byte) []byte {
-	if len(b) > len(buf) {
-		return nil
-	}
-	for i, c := range b {
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		buf[i] = c
-	}
-	return buf[:len(b)]
-}
+func lowerName(b []byte, buf *[24]byte) []byte { return resp.LowerName(b, buf) }
 
 // lookup returns the table's entry for a command: its subcommand's when it
 // has rules of its own, the blocking form of XREAD with BLOCK. name is the

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/hotkeyproxy/hotkeyproxy/config"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 	"github.com/tidwall/redcon"
@@ -36,15 +35,16 @@ func (e *Engine) Do(args [][]byte, keyAt int, client uint64) []byte {
 
 // do is Do with its failures as errors; a reply is never an error reply.
 func (e *Engine) do(args [][]byte, keyAt int, client uint64) ([]byte, error) {
-	name := strings.ToLower(string(args[0]))
+	var buf [24]byte
+	name := resp.LowerName(args[0], &buf)
 	h := e.key(args[keyAt])
-	switch name {
+	switch string(name) {
 	case "get":
 		return e.get(h)
 	case "set":
 		return e.set(h, args)
 	case "incr", "decr", "incrby", "decrby":
-		return e.add(h, name, args, client)
+		return e.add(h, string(name), args, client)
 	case "eval", "evalsha", "eval_ro", "evalsha_ro":
 		return e.script(h, args, client)
 	case "del", "unlink":
@@ -56,7 +56,7 @@ func (e *Engine) do(args [][]byte, keyAt int, client uint64) ([]byte, error) {
 	case "incrbyfloat":
 		return nil, refused(h.name, "INCRBYFLOAT is not supported on it: its buckets hold integers")
 	}
-	return nil, refused(h.name, strings.ToUpper(name)+" is not supported on it")
+	return nil, refused(h.name, strings.ToUpper(string(args[0]))+" is not supported on it")
 }
 
 // relay sends one request for h and returns Redis's reply, an error reply
@@ -345,7 +345,7 @@ func (e *Engine) addOnce(h *hotKey, delta int64, client uint64) ([]byte, error) 
 		if err := e.incrBy(h, l, delta); err != nil {
 			return nil, err
 		}
-		return redcon.AppendInt(nil, h.estimate(l)), nil
+		return intReply(h.estimate(l)), nil
 	}
 	covered, err := e.decrBy(h, l, -delta, client)
 	switch {
@@ -364,17 +364,18 @@ func (e *Engine) addOnce(h *hotKey, delta int64, client uint64) ([]byte, error) 
 	} else {
 		sum = min(sum, -1)
 	}
-	return redcon.AppendInt(nil, sum), nil
+	return intReply(sum), nil
 }
 
 // deductScript is the declared deduct script args runs: EVAL or EVALSHA
 // (or their _RO forms) of a script the config declares; nil for any other
 // command or script.
-func (e *Engine) deductScript(args [][]byte) *config.Script {
+func (e *Engine) deductScript(args [][]byte) *declaredScript {
 	if len(args) < 2 {
 		return nil
 	}
-	switch strings.ToLower(string(args[0])) {
+	var buf [24]byte
+	switch string(resp.LowerName(args[0], &buf)) {
 	case "evalsha", "evalsha_ro":
 		scripts := e.settings.Load().scripts
 		if sc, ok := scripts[string(args[1])]; ok {
@@ -383,7 +384,9 @@ func (e *Engine) deductScript(args [][]byte) *config.Script {
 		return scripts[strings.ToLower(string(args[1]))]
 	case "eval", "eval_ro":
 		sum := sha1.Sum(args[1])
-		return e.settings.Load().scripts[hex.EncodeToString(sum[:])]
+		var sha [2 * sha1.Size]byte
+		hex.Encode(sha[:], sum[:])
+		return e.settings.Load().scripts[string(sha[:])]
 	}
 	return nil
 }
@@ -417,7 +420,7 @@ func (e *Engine) script(h *hotKey, args [][]byte, client uint64) ([]byte, error)
 	if i := 3 + int(s.OrderID); s.OrderID > 0 && i < len(args) {
 		order = args[i]
 	}
-	soldout := redcon.AppendInt(nil, s.Soldout)
+	soldout := s.soldout
 	if e.soldOut(h, amount) {
 		h.count.soldOutLocal.Add(1)
 		return h.counted(soldout, nil, soldout, amount)
@@ -449,7 +452,14 @@ func (e *Engine) deductOnce(h *hotKey, amount int64, soldout []byte, client uint
 	case !ok:
 		return soldout, nil
 	}
-	return redcon.AppendInt(nil, max(h.estimate(l), 0)), nil
+	return intReply(max(h.estimate(l), 0)), nil
+}
+
+// intReply is n as a RESP integer, in one allocation: the reply of every
+// deduct.
+func intReply(n int64) []byte {
+	b := append(make([]byte, 0, len(":-9223372036854775808\r\n")), ':')
+	return append(strconv.AppendInt(b, n, 10), '\r', '\n')
 }
 
 // del answers DEL and UNLINK: the key goes, then its buckets with their

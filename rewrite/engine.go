@@ -3,6 +3,7 @@ package rewrite
 import (
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
 	"github.com/hotkeyproxy/hotkeyproxy/hotkey"
+	"github.com/tidwall/redcon"
 )
 
 // Request is one command for Redis, routed by the slot of Key.
@@ -29,7 +31,8 @@ type Upstream interface {
 	// Do sends each request to the master serving its key's slot, all at
 	// once, and returns the raw replies in order; a request that could
 	// not be sent gets an error reply. The requests to one master go on
-	// one connection, in order.
+	// one connection, in order. Do keeps nothing of reqs once it returns:
+	// the engine reuses them.
 	Do(reqs []Request) [][]byte
 	// Placement reports the masters serving slots now: how many, and the
 	// index of the one serving a slot (-1 for none). A standalone server
@@ -65,6 +68,8 @@ type Engine struct {
 	// seen; remembers: SetScriptMemory's (script_held.go).
 	held      heldScripts
 	remembers atomic.Pointer[func(sha []byte) bool]
+	// scratch holds the *opScratch of bucket calls done, for the next.
+	scratch sync.Pool
 
 	mu   sync.Mutex
 	keys map[string]*hotKey
@@ -96,7 +101,7 @@ func (e *Engine) since(at int64) time.Duration { return e.clock.Now().Sub(time.U
 // settings are the parts of the config the engine follows live.
 type settings struct {
 	registry   *hotkey.Registry
-	scripts    map[string]*config.Script // declared deduct scripts by SHA1
+	scripts    map[string]*declaredScript // declared deduct scripts by SHA1
 	soldoutTTL time.Duration
 	staleness  time.Duration // hotkeys.read_staleness
 	// moveTimeout is hotkeys.move_timeout: a move between buckets left
@@ -111,6 +116,14 @@ type settings struct {
 	journalMaxlen   int64
 }
 
+// declaredScript is a deduct script of the config, with what a deduct of
+// it needs made once rather than per deduct.
+type declaredScript struct {
+	*config.Script
+	sha     string // SHA1 of the body, lower case
+	soldout []byte // the sold-out reply, shared: clipped, so an append copies it
+}
+
 // New returns an engine for cfg's hot keys and deduct scripts; it logs to
 // log what ops must know of (a bucket found lost).
 func New(up Upstream, cfg *config.Config, log *slog.Logger) *Engine {
@@ -123,6 +136,7 @@ func New(up Upstream, cfg *config.Config, log *slog.Logger) *Engine {
 		log:        log,
 		keys:       make(map[string]*hotKey),
 	}
+	e.scratch.New = func() any { return new(opScratch) }
 	e.Reload(cfg)
 	return e
 }
@@ -138,7 +152,7 @@ func New(up Upstream, cfg *config.Config, log *slog.Logger) *Engine {
 func (e *Engine) Reload(cfg *config.Config) {
 	st := &settings{
 		registry:    hotkey.NewRegistry(cfg.Hotkeys.Keys),
-		scripts:     make(map[string]*config.Script, len(cfg.Scripts)),
+		scripts:     make(map[string]*declaredScript, len(cfg.Scripts)),
 		soldoutTTL:  cfg.Hotkeys.SoldoutTTL.Duration(),
 		staleness:   cfg.Hotkeys.ReadStaleness.Duration(),
 		moveTimeout: cfg.Hotkeys.MoveTimeout.Duration(),
@@ -149,7 +163,8 @@ func (e *Engine) Reload(cfg *config.Config) {
 	}
 	for i := range cfg.Scripts {
 		sc := cfg.Scripts[i]
-		st.scripts[sc.SHA1()] = &sc
+		sha := sc.SHA1()
+		st.scripts[sha] = &declaredScript{Script: &sc, sha: sha, soldout: slices.Clip(redcon.AppendInt(nil, sc.Soldout))}
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()

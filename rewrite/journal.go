@@ -63,8 +63,14 @@ func (l *Layout) JournalKey(i int) []byte { return append(l.Bucket(i), ":journal
 // journal after keys and the journal's arguments after argv (order the
 // order id, or nil).
 func (e *Engine) bucketCall(l *Layout, b int, s *bucketScript, order []byte, keys [][]byte, argv ...[]byte) scriptCall {
+	return e.bucketCallIn(nil, l, b, s, order, keys, argv...)
+}
+
+// bucketCallIn is bucketCall with its arguments in dst's room when it has
+// enough.
+func (e *Engine) bucketCallIn(dst [][]byte, l *Layout, b int, s *bucketScript, order []byte, keys [][]byte, argv ...[]byte) scriptCall {
 	if !l.Journal || s.journaled == nil {
-		return newScriptCall(s, keys[0], keys, argv...)
+		return scriptCall{s: s, route: keys[0], args: scriptArgs(dst, s, keys, argv)}
 	}
 	return e.journalCall(l, b, s.journaled, order, keys, argv...)
 }

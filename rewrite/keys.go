@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/hashslot"
 )
 
 // keyConf is what the config says of one key.
@@ -91,6 +92,9 @@ type hotKey struct {
 	name   string
 	conf   atomic.Pointer[keyConf] // replaced by Reload
 	layout atomic.Pointer[Layout]  // nil until read or made
+	// slot is name's hash slot, whose master holds the deduct scripts
+	// for it (script_held.go).
+	slot uint16
 	// last is the last value seen of each bucket, room for any layout's:
 	// never reallocated, so readers need no lock.
 	last []atomic.Int64
@@ -163,7 +167,7 @@ func (e *Engine) key(k []byte) *hotKey {
 func (e *Engine) keyLocked(k []byte) *hotKey {
 	h := e.keys[string(k)]
 	if h == nil {
-		h = &hotKey{name: string(k), last: make([]atomic.Int64, config.MaxBuckets)}
+		h = &hotKey{name: string(k), slot: hashslot.Of(k), last: make([]atomic.Int64, config.MaxBuckets)}
 		h.conf.Store(e.keyConf(k))
 		e.keys[h.name] = h
 	}

@@ -76,7 +76,12 @@ func (e *Engine) sendChanges(h *hotKey, reqs []Request) (replies [][]byte, unack
 // sendChange is sendChanges of one request: its reply, and its
 // unackedError or nil.
 func (e *Engine) sendChange(h *hotKey, req Request) ([]byte, error) {
-	rs, unacked := e.sendChanges(h, []Request{req})
+	return e.sendChangeIn(h, []Request{req})
+}
+
+// sendChangeIn is sendChange of req[0], its only request.
+func (e *Engine) sendChangeIn(h *hotKey, req []Request) ([]byte, error) {
+	rs, unacked := e.sendChanges(h, req)
 	if unacked != nil {
 		return rs[0], unacked[0]
 	}

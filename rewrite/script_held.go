@@ -1,11 +1,11 @@
 package rewrite
 
 import (
-	"strings"
+	"bytes"
+	"maps"
 	"sync"
+	"sync/atomic"
 
-	"github.com/hotkeyproxy/hotkeyproxy/config"
-	"github.com/hotkeyproxy/hotkeyproxy/internal/hashslot"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
@@ -23,12 +23,16 @@ import (
 // SetScriptMemory.
 
 // heldScripts remembers when each node was last seen holding each
-// declared deduct script: "<sha> <node>" -> Unix ns. Few entries: the
-// declared scripts times the masters.
+// declared deduct script, in Unix ns. Few entries: the declared scripts
+// times the masters. seen is replaced whole, under mu, so that the check
+// every deduct makes takes no lock; nil holds none.
 type heldScripts struct {
 	mu   sync.Mutex
-	seen map[string]int64
+	seen atomic.Pointer[map[heldAt]int64]
 }
+
+// heldAt names a script (its SHA1, lower case) on a node (its address).
+type heldAt struct{ sha, node string }
 
 // SetScriptMemory tells the engine which scripts the proxy would load on a
 // node that lacks them (cluster mode: those it saw in EVAL or SCRIPT LOAD
@@ -46,90 +50,93 @@ func (e *Engine) SetScriptMemory(remembers func(sha []byte) bool) {
 func (e *Engine) ForgetScripts() {
 	e.held.mu.Lock()
 	defer e.held.mu.Unlock()
-	e.held.seen = nil
+	e.held.seen.Store(nil)
 }
 
-// scriptHeld answers for EVALSHA of the declared script s, whose SHA1 is
-// sha (lower case), on h: nil when the master of h's slot holds it (or
-// now does: loaded from what the proxy remembers), else Redis's NOSCRIPT.
-func (e *Engine) scriptHeld(h *hotKey, s *config.Script, sha string) error {
-	key := []byte(h.name)
-	at := e.heldAt(h, sha)
-	if at != "" && e.seenHeld(at) {
+// scriptHeld answers for EVALSHA of the declared script s on h: nil when
+// the master of h's slot holds it (or now does: loaded from what the proxy
+// remembers), else Redis's NOSCRIPT.
+func (e *Engine) scriptHeld(h *hotKey, s *declaredScript) error {
+	at, ok := e.heldAt(h, s)
+	if ok && e.seenHeld(at) {
 		return nil
 	}
-	r := e.send(h, []Request{{Key: key, Args: [][]byte{[]byte("SCRIPT"), []byte("EXISTS"), []byte(sha)}}})[0]
+	key := []byte(h.name)
+	r := e.send(h, []Request{{Key: key, Args: [][]byte{[]byte("SCRIPT"), []byte("EXISTS"), []byte(s.sha)}}})[0]
 	if err := replyErr(r); err != nil {
 		return err
 	}
 	var buf [1][]byte
 	if elems, ok := resp.ArrayElems(r, buf[:0]); ok && len(elems) == 1 && string(elems[0]) == ":1\r\n" {
-		e.markHeld(at)
+		e.markHeld(at, ok)
 		return nil
 	}
-	if f := e.remembers.Load(); f != nil && (*f)([]byte(sha)) {
-		return e.loadScript(h, s, at)
+	if f := e.remembers.Load(); f != nil && (*f)([]byte(s.sha)) {
+		return e.loadScript(h, s, at, ok)
 	}
 	return newRedisError(rediserr.NoScript)
 }
 
-// keepScript is EVAL of the declared script s, whose SHA1 is sha, on h:
-// the master of h's slot gets the script, unless it was seen holding it
-// within recheck.
-func (e *Engine) keepScript(h *hotKey, s *config.Script, sha string) error {
-	at := e.heldAt(h, sha)
-	if at != "" && e.seenHeld(at) {
+// keepScript is EVAL of the declared script s on h: the master of h's
+// slot gets the script, unless it was seen holding it within recheck.
+func (e *Engine) keepScript(h *hotKey, s *declaredScript) error {
+	at, ok := e.heldAt(h, s)
+	if ok && e.seenHeld(at) {
 		return nil
 	}
-	return e.loadScript(h, s, at)
+	return e.loadScript(h, s, at, ok)
 }
 
 // loadScript sends SCRIPT LOAD of s to the master of h's slot, where it
-// is then held (at names it there).
-func (e *Engine) loadScript(h *hotKey, s *config.Script, at string) error {
+// is then held (at names it there, when ok).
+func (e *Engine) loadScript(h *hotKey, s *declaredScript, at heldAt, ok bool) error {
 	key := []byte(h.name)
 	r := e.send(h, []Request{{Key: key, Args: [][]byte{[]byte("SCRIPT"), []byte("LOAD"), []byte(s.Body)}}})[0]
 	if err := replyErr(r); err != nil {
 		return err
 	}
-	e.markHeld(at)
+	e.markHeld(at, ok)
 	return nil
 }
 
-// heldAt names the script with SHA1 sha on the master of h's slot, for
-// heldScripts; "" when no master serves the slot now.
-func (e *Engine) heldAt(h *hotKey, sha string) string {
-	node := e.up.Node(hashslot.Of([]byte(h.name)))
-	if node == "?" {
-		return ""
-	}
-	return sha + " " + node
+// heldAt names s on the master of h's slot, for heldScripts; not ok when
+// no master serves the slot now.
+func (e *Engine) heldAt(h *hotKey, s *declaredScript) (at heldAt, ok bool) {
+	node := e.up.Node(h.slot)
+	return heldAt{sha: s.sha, node: node}, node != "?"
 }
 
-func (e *Engine) seenHeld(at string) bool {
-	e.held.mu.Lock()
-	t, ok := e.held.seen[at]
-	e.held.mu.Unlock()
+func (e *Engine) seenHeld(at heldAt) bool {
+	m := e.held.seen.Load()
+	if m == nil {
+		return false
+	}
+	t, ok := (*m)[at]
 	return ok && e.since(t) < recheck
 }
 
-func (e *Engine) markHeld(at string) {
-	if at == "" {
+// markHeld records at as seen held now, unless not ok (no node).
+func (e *Engine) markHeld(at heldAt, ok bool) {
+	if !ok {
 		return
 	}
 	e.held.mu.Lock()
 	defer e.held.mu.Unlock()
-	if e.held.seen == nil {
-		e.held.seen = make(map[string]int64)
+	var old map[heldAt]int64
+	if p := e.held.seen.Load(); p != nil {
+		old = *p
 	}
-	e.held.seen[at] = e.now()
+	m := make(map[heldAt]int64, len(old)+1)
+	maps.Copy(m, old)
+	m[at] = e.now()
+	e.held.seen.Store(&m)
 }
 
 // heldCheck is what script does before a deduct: for EVALSHA, check that
 // Redis holds s; for EVAL, make it hold s.
-func (e *Engine) heldCheck(h *hotKey, s *config.Script, args [][]byte) error {
-	if name := string(args[0]); strings.EqualFold(name, "evalsha") || strings.EqualFold(name, "evalsha_ro") {
-		return e.scriptHeld(h, s, strings.ToLower(string(args[1])))
+func (e *Engine) heldCheck(h *hotKey, s *declaredScript, args [][]byte) error {
+	if bytes.EqualFold(args[0], []byte("evalsha")) || bytes.EqualFold(args[0], []byte("evalsha_ro")) {
+		return e.scriptHeld(h, s)
 	}
-	return e.keepScript(h, s, s.SHA1())
+	return e.keepScript(h, s)
 }

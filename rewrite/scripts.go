@@ -3,6 +3,7 @@ package rewrite
 import (
 	"crypto/sha1"
 	"encoding/hex"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -244,11 +245,17 @@ func (e *Engine) eval(h *hotKey, s *bucketScript, route []byte, keys [][]byte, a
 
 // run is eval of one call.
 func (e *Engine) run(h *hotKey, c scriptCall) (a, b int64, err error) {
+	return e.runIn(h, c, make([]Request, 1))
+}
+
+// runIn is run with req, room for one request, to send it from.
+func (e *Engine) runIn(h *hotKey, c scriptCall, req []Request) (a, b int64, err error) {
 	args := c.args
-	r, unacked := e.sendChange(h, Request{Key: c.route, Args: args})
+	req[0] = Request{Key: c.route, Args: args}
+	r, unacked := e.sendChangeIn(h, req)
 	if noScript(r) {
 		args[0], args[1] = []byte("EVAL"), c.s.body
-		r, unacked = e.sendChange(h, Request{Key: c.route, Args: args})
+		r, unacked = e.sendChangeIn(h, req)
 	}
 	a, b, ok := pair(r)
 	if !ok {
@@ -266,7 +273,7 @@ type scriptCall struct {
 }
 
 func newScriptCall(s *bucketScript, route []byte, keys [][]byte, argv ...[]byte) scriptCall {
-	return scriptCall{s: s, route: route, args: scriptArgs(s, keys, argv)}
+	return scriptCall{s: s, route: route, args: scriptArgs(nil, s, keys, argv)}
 }
 
 // evalAll runs calls all at once: EVALSHA (a plain command as it is),
@@ -306,9 +313,10 @@ func (e *Engine) evalAllBy(h *hotKey, calls []scriptCall, send func(*hotKey, []R
 	return replies
 }
 
-// scriptArgs are the arguments of EVALSHA of s with keys and argv.
-func scriptArgs(s *bucketScript, keys, argv [][]byte) [][]byte {
-	args := make([][]byte, 0, 3+len(keys)+len(argv))
+// scriptArgs are the arguments of EVALSHA of s with keys and argv, in
+// dst's room when it has enough.
+func scriptArgs(dst [][]byte, s *bucketScript, keys, argv [][]byte) [][]byte {
+	args := slices.Grow(dst[:0], 3+len(keys)+len(argv))
 	args = append(args, evalsha, s.sha, numKeys[len(keys)])
 	return append(append(args, keys...), argv...)
 }
@@ -345,8 +353,11 @@ func pair(r []byte) (a, b int64, ok bool) {
 // lostError when the bucket alone is lost. With an unackedError, x and y
 // are the reply of the script that ran.
 func (e *Engine) bucketOp(h *hotKey, l *Layout, b int, s *bucketScript, arg int64, order []byte) (x, y int64, err error) {
-	key := l.Bucket(b)
-	x, y, err = e.run(h, e.bucketCall(l, b, s, order, [][]byte{key}, strconv.AppendInt(nil, arg, 10)))
+	sc := e.scratch.Get().(*opScratch)
+	defer e.scratch.Put(sc)
+	sc.keys[0], sc.argv[0] = l.Bucket(b), strconv.AppendInt(sc.num[:0], arg, 10)
+	c := e.bucketCallIn(sc.args[:0], l, b, s, order, sc.keys[:], sc.argv[:]...)
+	x, y, err = e.runIn(h, c, sc.req[:])
 	switch {
 	case err != nil && !isUnacked(err):
 		return 0, 0, err
@@ -354,4 +365,15 @@ func (e *Engine) bucketOp(h *hotKey, l *Layout, b int, s *bucketScript, arg int6
 		return 0, 0, e.lose(h, l, b)
 	}
 	return x, y, err // an unackedError: the change stands, x and y say what it was
+}
+
+// opScratch is what bucketOp builds its call in: every deduct makes one,
+// and Upstream.Do keeps none of it, so it is reused (Engine.scratch)
+// rather than made anew.
+type opScratch struct {
+	keys [1][]byte
+	argv [1][]byte
+	num  [20]byte // argv[0]'s
+	args [5][]byte
+	req  [1]Request
 }

@@ -33,6 +33,9 @@ type Redis struct {
 
 	// Cluster mode's round trips for Do, reused.
 	trips sync.Pool
+	// doConn is standalone Do's shared connection, as Pool.Send left it:
+	// kept, so that a hot-key command does not look it up in the pool.
+	doConn atomic.Pointer[Conn]
 
 	// Standalone mode's command table, asked once.
 	keys    atomic.Pointer[keyspec.Table]
@@ -97,10 +100,10 @@ func (u *Redis) Verify(req []byte) ([]byte, error) {
 // cluster mode each to its slot's master, redirections followed, a
 // follower (Request.Follows) with the request before it.
 func (u *Redis) Do(reqs []rewrite.Request) [][]byte {
-	replies := make([][]byte, len(reqs))
 	if c := u.Cluster; c != nil {
 		t, _, err := c.Current()
 		if err != nil {
+			replies := make([][]byte, len(reqs))
 			for i := range replies {
 				replies[i] = redcon.AppendError(nil, ErrorText(err))
 			}
@@ -123,10 +126,10 @@ func (u *Redis) Do(reqs []rewrite.Request) [][]byte {
 		r.Run()
 		// The replies outlive the RoundTrip's buffers: one copy holds them.
 		size := 0
-		for i := range replies {
+		for i := range reqs {
 			size += len(r.Reply(i))
 		}
-		out := make([]byte, 0, size)
+		replies, out := replyRoom(len(reqs), size)
 		for i := range replies {
 			start := len(out)
 			out = append(out, r.Reply(i)...)
@@ -142,9 +145,14 @@ func (u *Redis) Do(reqs []rewrite.Request) [][]byte {
 		b.Req = resp.AppendCommand(b.Req, q.Args...)
 	}
 	// The replies are returned: Out is the one part never reused.
-	b.Out = make([]byte, 0, 64*len(reqs))
-	var conn *Conn
+	replies, out := replyRoom(len(reqs), 64*len(reqs))
+	b.Out = out
+	kept := u.doConn.Load()
+	conn := kept
 	u.Pool.Send(&conn, Key{}, 0, b)
+	if conn != kept {
+		u.doConn.Store(conn)
+	}
 	<-b.DoneCh
 	done := b.replies(replies[:0])
 	for i := len(done); i < len(replies); i++ {
@@ -152,6 +160,22 @@ func (u *Redis) Do(reqs []rewrite.Request) [][]byte {
 	}
 	b.Out = nil
 	return replies
+}
+
+// oneReply is Do's room for the reply to one request, made in one piece:
+// a hot-key deduct's round trip then allocates once.
+type oneReply struct {
+	replies [1][]byte
+	out     [64]byte
+}
+
+// replyRoom is Do's room for n replies of about size bytes in all.
+func replyRoom(n, size int) ([][]byte, []byte) {
+	if n == 1 && size <= len(oneReply{}.out) {
+		r := new(oneReply)
+		return r.replies[:], r.out[:0]
+	}
+	return make([][]byte, n), make([]byte, 0, size)
 }
 
 // doBatches are standalone Do's batches, each with its DoneCh, Ends and

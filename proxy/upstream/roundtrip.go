@@ -3,6 +3,7 @@ package upstream
 import (
 	"bytes"
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
@@ -25,6 +26,10 @@ const (
 // MsgSlotMoving is the error reply, without '-' and CRLF, to a request
 // redirected MaxHops times: the slot kept moving under it.
 const MsgSlotMoving = "TRYAGAIN hotkeyproxy: the slot is moving; try again"
+
+// keptBatches bounds the node batches a RoundTrip keeps from run to run
+// beyond those one run needs: one per master of a common cluster.
+const keptBatches = 8
 
 // clusterPart is one request sent to one node: a client's command has one
 // part, or one per slot when split, or one per master when broadcast.
@@ -134,16 +139,25 @@ func (r *RoundTrip) Size() int { return r.reqBytes }
 func (r *RoundTrip) Reply(i int) []byte { return r.parts[i].reply }
 
 // firstRoundBatch finds or adds the batch for n among the first round's,
-// which are reused from run to run.
+// which are reused from run to run: the one that went to n before when
+// there is one, which has n's connection, so that runs to one node after
+// another (a hot key's deducts, over its buckets' masters) do not each
+// look a connection up; up to keptBatches are kept.
 func (r *RoundTrip) firstRoundBatch(n *Node) *nodeBatch {
 	for _, nb := range r.batches[:r.used] {
 		if nb.node == n {
 			return nb
 		}
 	}
-	if r.used == len(r.batches) {
+	next := slices.IndexFunc(r.batches[r.used:], func(nb *nodeBatch) bool { return nb.node == n })
+	switch {
+	case next < 0 && (r.used == len(r.batches) || len(r.batches) < keptBatches):
 		r.batches = append(r.batches, &nodeBatch{Batch: Batch{DoneCh: make(chan struct{}, 1)}})
+		next = len(r.batches) - 1 - r.used
+	case next < 0:
+		next = 0
 	}
+	r.batches[r.used], r.batches[r.used+next] = r.batches[r.used+next], r.batches[r.used]
 	nb := r.batches[r.used]
 	r.used++
 	if nb.node != n {
