@@ -158,19 +158,13 @@ func (p *Pool) heldConn(k Key) (*Conn, error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
-		nc.Close()
-		return nil, ErrClosed
+	c, err := p.adopt(nc, br)
+	if err != nil {
+		return nil, err
 	}
-	c := newConn(nc, br, p.m, &p.watch, p)
 	c.paused = true
 	c.claimed.Store(true)
 	p.held[k] = append(p.held[k], c)
-	p.live = append(p.live, c)
-	if !p.watching {
-		p.watching = true
-		go p.watchLoop()
-	}
 	return c, nil
 }
 

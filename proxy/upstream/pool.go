@@ -271,12 +271,22 @@ func (p *Pool) Get(k Key, id uint64) (*Conn, error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	c, err := p.adopt(nc, br)
+	if err == nil {
+		s.conn.Store(c)
+	}
+	return c, err
+}
+
+// adopt makes a shared connection of nc, watched with the pool's others;
+// ErrClosed, with nc closed, when the pool was closed meanwhile. p.mu must
+// be held.
+func (p *Pool) adopt(nc net.Conn, br *bufio.Reader) (*Conn, error) {
 	if p.closed {
 		nc.Close()
 		return nil, ErrClosed
 	}
 	c := newConn(nc, br, p.m, &p.watch, p)
-	s.conn.Store(c)
 	p.live = append(p.live, c)
 	if !p.watching {
 		p.watching = true
