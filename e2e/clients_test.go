@@ -623,14 +623,20 @@ func runRedisPy(t *testing.T, python string, args ...string) {
 
 func TestClientsIORedis(t *testing.T) {
 	node, dir := lookIORedis(t)
-	t.Run("proxy-password", func(t *testing.T) {
-		e := startEnv(t, nil)
-		runIORedis(t, node, dir, proxyPort(t, e.ProxyAddr()))
-	})
-	t.Run("acl-users", func(t *testing.T) {
-		e := startEnv(t, redisAuth)
-		runIORedis(t, node, dir, proxyPort(t, e.ProxyAddr()), "acl")
-	})
+	for _, proto := range [][]string{nil, {"resp3"}} {
+		name := "resp2"
+		if proto != nil {
+			name = "resp3"
+		}
+		t.Run(name+"/proxy-password", func(t *testing.T) {
+			e := startEnv(t, nil)
+			runIORedis(t, node, dir, append([]string{proxyPort(t, e.ProxyAddr())}, proto...)...)
+		})
+		t.Run(name+"/acl-users", func(t *testing.T) {
+			e := startEnv(t, redisAuth)
+			runIORedis(t, node, dir, append([]string{proxyPort(t, e.ProxyAddr()), "acl"}, proto...)...)
+		})
+	}
 }
 
 // lookIORedis finds node and the dir where ioredis is installed.

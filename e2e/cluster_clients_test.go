@@ -77,6 +77,8 @@ func TestClusterClients(t *testing.T) {
 		node, dir := lookIORedis(t)
 		reset(t)
 		runIORedis(t, node, dir, port, "cluster")
+		reset(t)
+		runIORedis(t, node, dir, port, "cluster", "resp3")
 	})
 
 	t.Run("redis-cli", func(t *testing.T) {

@@ -1,6 +1,6 @@
 // An ioredis session through hotkeyproxy, run by e2e/clients_test.go.
 //
-// Usage: node session.js PORT [cluster] [acl]
+// Usage: node session.js PORT [cluster] [acl] [resp3]
 //
 // Uses ioredis as an application would: PING, strings, binary values,
 // pipelines, MULTI/EXEC with WATCH, defineCommand (EVAL on a connection's
@@ -16,6 +16,11 @@
 // With "acl" Redis checks the proxy's logins (upstream.client_auth: redis):
 // the session creates a limited ACL user and logs in as it with the
 // username option, then checks Redis's NOPERM and WRONGPASS errors.
+//
+// With "resp3" every connection speaks RESP3 (protocol: 3, HELLO 3), where
+// pub/sub arrives as push frames beside command replies; without it, RESP2.
+// Both run a tracking step: a connection tracks with REDIRECT to a RESP2
+// one that subscribes to __redis__:invalidate, as ioredis applications do.
 "use strict";
 
 const assert = require("node:assert/strict");
@@ -26,8 +31,9 @@ const port = Number(process.argv[2]);
 const opts = process.argv.slice(3);
 const cluster = opts.includes("cluster");
 const acl = opts.includes("acl");
-if (!Number.isInteger(port) || port <= 0 || new Set(opts).size !== opts.length || opts.some((o) => o !== "cluster" && o !== "acl")) {
-  console.error("usage: node session.js PORT [cluster] [acl]");
+const resp3 = opts.includes("resp3");
+if (!Number.isInteger(port) || port <= 0 || new Set(opts).size !== opts.length || opts.some((o) => !["cluster", "acl", "resp3"].includes(o))) {
+  console.error("usage: node session.js PORT [cluster] [acl] [resp3]");
   process.exit(2);
 }
 
@@ -47,6 +53,7 @@ function client(opts = {}) {
     commandTimeout: 10_000,
     maxRetriesPerRequest: 0,
     retryStrategy: () => null, // no reconnects: a dropped connection is a failure
+    protocol: resp3 ? 3 : 2,
     ...opts,
   });
   c.on("error", (err) => {
@@ -86,7 +93,7 @@ function waitFor(emitter, event, ms = 5000) {
 }
 
 async function main() {
-  console.log("ioredis", require("ioredis/package.json").version);
+  console.log("ioredis", require("ioredis/package.json").version, resp3 ? "RESP3" : "RESP2");
   const r = client();
 
   step("ping");
@@ -209,7 +216,9 @@ async function main() {
   assert.equal(await pub.publish("js:pat:x", "p"), 1);
   let [pattern, pchannel, pmessage] = await got;
   assert.deepEqual([pattern, pchannel, pmessage], ["js:pat:*", "js:pat:x", "p"]);
-  assert.deepEqual(await sub.ping(), ["pong", ""]);
+  // Redis 7.0 answers PING while subscribed as a pub/sub frame in RESP2 and
+  // as a plain reply in RESP3.
+  assert.deepEqual(await sub.ping(), resp3 ? "PONG" : ["pong", ""]);
   assert.equal(await sub.unsubscribe("js:chan"), 1);
   assert.equal(await sub.punsubscribe(), 0);
   assert.equal(await pub.publish("js:chan", "nobody"), 0);
@@ -278,6 +287,9 @@ async function main() {
     clients.splice(clients.indexOf(victim), 1);
   }
 
+  step("tracking");
+  await tracking(r);
+
   step("auto-pipelining and concurrency");
   const auto = client({ enableAutoPipelining: true });
   await Promise.all(Array.from({ length: 1000 }, (_, i) => auto.incr(`js:auto:${i % 10}`)));
@@ -292,6 +304,33 @@ async function main() {
   console.log("OK");
 }
 
+// tracking has a connection read a key with CLIENT TRACKING ON REDIRECT to
+// a subscriber of __redis__:invalidate, has writer change the key, and
+// waits for the invalidation message that names it. In cluster mode the
+// proxy refuses tracking (a client's keys live on every master).
+async function tracking(writer) {
+  // ioredis drops RESP3 invalidate pushes, and Redis sends one to a RESP3
+  // redirect target: the subscriber speaks RESP2 in both sessions.
+  const inv = client({ protocol: 2 });
+  const reader = client();
+  if (cluster) {
+    await assert.rejects(reader.client("TRACKING", "ON"), isReplyError("ERR CLIENT TRACKING is not supported by hotkeyproxy in cluster mode"));
+    return;
+  }
+  const invID = await inv.client("ID");
+  assert.equal(await inv.subscribe("__redis__:invalidate"), 1);
+  assert.equal(await reader.client("TRACKING", "ON", "REDIRECT", invID), "OK");
+  assert.equal(await reader.client("GETREDIR"), invID);
+  await writer.set("js:track", "v1");
+  assert.equal(await reader.get("js:track"), "v1");
+  const got = waitFor(inv, "message");
+  await writer.set("js:track", "v2");
+  const [channel, keys] = await got;
+  assert.equal(channel, "__redis__:invalidate");
+  assert.equal(String(keys), "js:track"); // an array of keys, as Redis sends it
+  assert.equal(await reader.client("TRACKING", "OFF"), "OK");
+}
+
 // aclUser logs in as a limited ACL user that admin creates.
 async function aclUser(admin) {
   step("acl user");
@@ -304,7 +343,7 @@ async function aclUser(admin) {
     err.message === "NOPERM this user has no permissions to run the 'del' command");
   await assert.rejects(limited.set("js:other", "v"), (err) => err instanceof ReplyError &&
     err.message === "NOPERM this user has no permissions to access one of the keys used as arguments");
-  const wrong = new Redis({ host: "127.0.0.1", port, username: "js-limited", password: "wrong", lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+  const wrong = new Redis({ host: "127.0.0.1", port, protocol: resp3 ? 3 : 2, username: "js-limited", password: "wrong", lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
   const refused = [];
   wrong.on("error", (err) => refused.push(err.message)); // the refused login is the point
   await wrong.connect().catch(() => {});
