@@ -312,6 +312,62 @@ func TestBusyScriptOtherDB(t *testing.T) {
 	}
 }
 
+// TestBusyScriptBehind: requests another client wrote on a shared
+// connection just before a script there turned busy (one connection per
+// db, so they share it) get Redis's -BUSY, as on a connection of their
+// own, not the read timeout; the script's own pipelined PING still waits
+// for the script and gets +PONG after its "killed by user". Redis's
+// suite does this in db 9 ("Timedout script does not cause a false dead
+// client"), where the connection a rerun needs is refused its SELECT by
+// the busy Redis; db 0 needs none.
+func TestBusyScriptBehind(t *testing.T) {
+	e := startEnv(t, func(c *config.Config) {
+		c.Upstream.ConnsPerNode = 1
+		c.Upstream.ReadTimeout = config.Duration(20 * time.Second)
+	})
+	if got := nodeDo(t, e.Redis.Addr(), "CONFIG", "SET", "busy-reply-threshold", "10"); got != "+OK\r\n" {
+		t.Fatalf("CONFIG SET busy-reply-threshold: %q", got)
+	}
+	for _, db := range []string{"0", "9"} {
+		t.Run("db"+db, func(t *testing.T) {
+			other, err := dialFault(e.ProxyAddr(), callBound)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer other.close()
+			if got, err := other.do("SELECT", db); err != nil || got != "+OK\r\n" {
+				t.Fatalf("SELECT: %q, %v", got, err)
+			}
+			busy := dialRaw(t, e.ProxyAddr())
+			if got := busy.do("SELECT", db); got != "+OK\r\n" {
+				t.Fatalf("SELECT: %q", got)
+			}
+			busy.send([]byte(corpusCmd("EVAL", "while 1 do redis.call('ping') end", "0") + corpusCmd("PING")))
+			// As the suite does: PING until an error comes, which must
+			// be Redis's BUSY, not a timeout.
+			var got string
+			for range 50 {
+				if got, err = other.do("PING"); err != nil || got != "+PONG\r\n" {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if err != nil || !strings.HasPrefix(got, "-BUSY ") {
+				t.Fatalf("PING beside the busy script: %q, %v; want Redis's -BUSY", got, err)
+			}
+			if got, err := other.do("SCRIPT", "KILL"); err != nil || got != "+OK\r\n" {
+				t.Fatalf("SCRIPT KILL: %q, %v", got, err)
+			}
+			if got := busy.readReplies(2); !strings.Contains(got, "Script killed by user") || !strings.HasSuffix(got, "\r\n+PONG\r\n") {
+				t.Errorf("the script's client: %q, want the kill's error, then +PONG", got)
+			}
+			if got, err := other.do("PING"); err != nil || got != "+PONG\r\n" {
+				t.Errorf("PING after the kill: %q, %v", got, err)
+			}
+		})
+	}
+}
+
 // TestOwnConnTimeouts: on a client's own connection a request is timed by
 // the read timeout, a blocking command by its own timeout on top of it
 // (none for 0), a subscription not at all; on a timeout the client gets

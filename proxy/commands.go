@@ -56,6 +56,10 @@ type command struct {
 	// held: Redis flags it write or may-replicate, so a CLIENT PAUSE
 	// WRITE holds it (heldCommands); a batch with it in is marked Held.
 	held bool
+	// rerun: it only reads (rerunCommands), so a batch of such commands
+	// written behind a stalled request may run again on another
+	// connection (upstream.Batch.Rerun).
+	rerun bool
 	// pauses: CLIENT PAUSE or UNPAUSE, whose +OK tells the node's pools
 	// a pause began or ended (clientPause).
 	pauses bool
@@ -306,6 +310,27 @@ var heldCommands = strings.Fields(`
 	zdiffstore zincrby zinterstore zmpop zpopmax zpopmin zrangestore zrem
 	zremrangebylex zremrangebyrank zremrangebyscore zunionstore`)
 
+// rerunCommands are the commands that change nothing Redis keeps when
+// they run a second time: Redis 7.0.15's readonly commands (commands.c)
+// without the read-only scripts, which are what stalls a connection, or
+// the subcommands (MEMORY USAGE, OBJECT, XINFO), which have no entries of
+// their own; and PING, ECHO, TIME, LASTSAVE and INFO, which read no key.
+// A batch of them written behind another client's stalled request (a
+// busy script, a write a CLIENT PAUSE holds) is sent again elsewhere,
+// where Redis answers it (BUSY, or the reply), rather than wait up to the
+// read timeout and fail with the stalled one.
+var rerunCommands = strings.Fields(`
+	bitcount bitfield_ro bitpos dbsize dump echo exists expiretime geodist
+	geohash geopos georadius_ro georadiusbymember_ro geosearch get getbit
+	getrange hexists hget hgetall hkeys hlen hmget hrandfield hscan hstrlen
+	hvals info keys lastsave lcs lindex llen lolwut lpos lrange mget
+	pexpiretime ping pttl randomkey scan scard sdiff sinter sintercard
+	sismember smembers smismember sort_ro srandmember sscan strlen substr
+	sunion time touch ttl type xlen xpending xrange xread xrevrange zcard
+	zcount zdiff zinter zintercard zlexcount zmscore zrandmember zrange
+	zrangebylex zrangebyscore zrank zrevrange zrevrangebylex
+	zrevrangebyscore zrevrank zscan zscore zunion`)
+
 // otherCommand is the entry of a name the table does not know.
 var otherCommand = &command{name: "other", metric: uint16(len(commandLabels) - 1), shown: "NULL", held: true}
 
@@ -347,10 +372,7 @@ func (c *command) shownName(args [][]byte) string {
 // commands is the table by lower-case name, every label's command in it.
 var commands = func() map[string]*command {
 	m := make(map[string]*command, len(commandLabels))
-	held := make(map[string]bool, len(heldCommands))
-	for _, name := range heldCommands {
-		held[name] = true
-	}
+	held, rerun := names(heldCommands), names(rerunCommands)
 	for i, name := range commandLabels[:len(commandLabels)-1] {
 		c := commandTable[name]
 		if c == nil {
@@ -360,7 +382,7 @@ var commands = func() map[string]*command {
 			// own name and label.
 			c = new(*c)
 		}
-		c.name, c.metric, c.shown, c.held = name, uint16(i), name, held[name]
+		c.name, c.metric, c.shown, c.held, c.rerun = name, uint16(i), name, held[name], rerun[name]
 		if subs, ok := containerSubs[name]; ok {
 			c.container = make(map[string]string)
 			for sub := range strings.FieldsSeq(subs) {
@@ -369,11 +391,11 @@ var commands = func() map[string]*command {
 		}
 		if c.blockForm != nil {
 			c.blockForm = new(*c.blockForm)
-			c.blockForm.name, c.blockForm.metric, c.blockForm.shown, c.blockForm.held = name, c.metric, name, c.held
+			c.blockForm.name, c.blockForm.metric, c.blockForm.shown, c.blockForm.held, c.blockForm.rerun = name, c.metric, name, c.held, false
 		}
 		for sub, sc := range c.subs {
 			sc = new(*sc)
-			sc.name, sc.metric, sc.shown, sc.held = name, c.metric, name+"|"+sub, held[name+"|"+sub]
+			sc.name, sc.metric, sc.shown, sc.held, sc.rerun = name, c.metric, name+"|"+sub, held[name+"|"+sub], rerun[name+"|"+sub]
 			c.subs[sub] = sc
 		}
 		m[name] = c
@@ -383,14 +405,23 @@ var commands = func() map[string]*command {
 			panic("proxy: command " + name + " has no metrics label")
 		}
 	}
-	for _, name := range heldCommands {
+	for _, name := range append(heldCommands, rerunCommands...) {
 		cmd, sub, _ := strings.Cut(name, "|")
 		if c := m[cmd]; c == nil || sub != "" && c.subs[sub] == nil {
-			panic("proxy: held command " + name + " is not in the table")
+			panic("proxy: held or rerun command " + name + " is not in the table")
 		}
 	}
 	return m
 }()
+
+// names is a set of list's names.
+func names(list []string) map[string]bool {
+	m := make(map[string]bool, len(list))
+	for _, name := range list {
+		m[name] = true
+	}
+	return m
+}
 
 // lowerName lower-cases a command name into buf without allocating; names
 // longer than buf cannot be in the table and come back empty.

@@ -73,7 +73,7 @@ type session struct {
 	killed     atomic.Bool // by CLIENT KILL: no more in CLIENT LIST
 	replies    replyMode
 	muted      bool     // the command being handled replies to nobody
-	holds      bool     // the command being handled is one a CLIENT PAUSE WRITE holds
+	cur        *command // the entry of the command being handled, which marks its batch
 	track      tracking // CLIENT TRACKING as Redis took it
 
 	out    []byte // replies not yet written to the client
@@ -138,6 +138,7 @@ func newSession(srv *Server, nc net.Conn, w *clientWriter, id uint64) *session {
 		id:         id,
 		rd:         resp.NewCommandReader(nc, int(limits.QueryBuffer), int64(limits.MaxBulk)),
 		authed:     srv.config().Password == "",
+		cur:        otherCommand,
 		user:       "default",
 		pool:       srv.up.Pool,
 		proto:      resp.RESP2,
@@ -340,7 +341,7 @@ func (s *session) handle(cmd *resp.Command) {
 
 // run handles cmd, whose table entry is c and lower-case name name.
 func (s *session) run(cmd *resp.Command, c *command, name []byte) {
-	s.holds = c.held
+	s.cur = c
 	if c.noMulti && s.tx.open {
 		// Redis would queue it; answered about Redis's connections at
 		// EXEC, it would show ids no client of the proxy has.
@@ -438,8 +439,9 @@ func (s *session) forward(cmd *resp.Command) {
 	} else {
 		s.b.Req = resp.AppendCommand(s.b.Req, cmd.Args...)
 	}
+	s.b.Held = s.b.Held || s.cur.held
+	s.b.Rerun = s.cur.rerun && (s.b.N == 0 || s.b.Rerun)
 	s.b.N++
-	s.b.Held = s.b.Held || s.holds
 	if s.b.N >= s.batchMax || len(s.b.Req) >= maxBatchBytes {
 		s.flushFull()
 	}
@@ -451,7 +453,7 @@ func (s *session) forward(cmd *resp.Command) {
 func (s *session) forwardBig(raw []byte) {
 	s.flush()
 	req := s.b.Req
-	s.b.Req, s.b.N, s.b.Held = raw, 1, s.holds
+	s.b.Req, s.b.N, s.b.Held, s.b.Rerun = raw, 1, s.cur.held, s.cur.rerun
 	s.flush()
 	s.b.Req = req
 	s.account() // the batch's buffer is its own again, not the read buffer
@@ -482,11 +484,11 @@ func (s *session) exchange(cmd *resp.Command) (mark int) {
 	mark = len(s.out)
 	var buf [24]byte
 	c, _ := lookup(cmd.Args, &buf)
-	holds := s.holds
-	s.holds = c.held
+	cur := s.cur
+	s.cur = c
 	s.dispatch(cmd, c)
 	s.flush()
-	s.holds = holds
+	s.cur = cur
 	return mark
 }
 
@@ -516,7 +518,7 @@ func (s *session) sendBatch(block *resp.Command) {
 	}
 	n := b.N
 	defer func() {
-		b.Req, b.N, b.Held = b.Req[:0], 0, false
+		b.Req, b.N, b.Held, b.Rerun = b.Req[:0], 0, false, false
 		if cap(b.Req) > 4*maxBatchBytes {
 			b.Req = nil // an inline command of megabytes once should not pin them
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -75,12 +76,30 @@ type Batch struct {
 	// may replicate, as Redis's command flags say), so during such a pause
 	// it goes where it holds no other client's requests (pause.go).
 	Held bool
+	// Rerun: every request in it only reads, so that Redis keeps the same
+	// whether it runs once or twice. Written behind a stalled request, it
+	// is sent again on another connection (Pool.rerun), and the replies
+	// the stalled one gives it later are dropped.
+	Rerun bool
 
 	// wrote is monoNow when the write that carried it began: its read
 	// timeout runs from there. timed marks the last batch of each write:
 	// the metrics time writes, not batches.
 	wrote time.Duration
 	timed bool
+}
+
+// refuse answers each request of b that has no reply with the error e,
+// as Redis answers them all when it refuses them (BUSY), and completes b.
+func (b *Batch) refuse(e RedisError) {
+	for ; b.Done < b.N; b.Done++ {
+		b.Out = append(append(append(b.Out, '-'), e...), "\r\n"...)
+		b.OKLen = len(b.Out)
+		if b.Ends != nil {
+			b.Ends = append(b.Ends, b.OKLen)
+		}
+	}
+	b.DoneCh <- struct{}{}
 }
 
 // replies splits Out into the replies complete in it; Ends must be set.
@@ -114,6 +133,7 @@ type Conn struct {
 	writing  bool     // someone holds the write side; guarded by mu
 	pending  []*Batch // queued, not written; failed by fail
 	inflight []*Batch // written or being written; failed only by readLoop
+	reading  bool     // readLoop fills inflight[0]: a reply to it arrived
 	err      error    // sticky failure; guarded by mu
 
 	// since is the wrote of inflight[0], 0 while nothing is in flight:
@@ -123,10 +143,16 @@ type Conn struct {
 	// state is connFailed, connStalled and connDraining, readable without
 	// mu on the hot path.
 	state atomic.Uint32
+	// key and at (its place in the pool's slots for key, -1 for a held
+	// one) are set before it is shared.
+	key Key
+	at  int
 	// paused: it carries batches a CLIENT PAUSE holds (pause.go), set
 	// before it is shared; claimed: a batch is about to be sent on it.
 	paused  bool
 	claimed atomic.Bool
+	// rerunning: Pool.rerun moves batches off it.
+	rerunning atomic.Bool
 
 	// Scratch of the write side's holder.
 	wbatches []*Batch
@@ -345,6 +371,7 @@ func (c *Conn) readLoop() {
 			c.mu.Lock()
 			if len(c.inflight) > 0 {
 				b = c.inflight[0] // written before Redis could answer it
+				c.reading = true
 			} else {
 				err = fmt.Errorf("%w: a reply nobody asked for", resp.ErrBadReply)
 			}
@@ -367,6 +394,7 @@ func (c *Conn) readLoop() {
 			return
 		}
 		c.mu.Lock()
+		c.reading = false
 		c.inflight[0] = nil
 		c.inflight = c.inflight[1:]
 		if len(c.inflight) > 0 {
@@ -380,6 +408,38 @@ func (c *Conn) readLoop() {
 		}
 		b.DoneCh <- struct{}{}
 	}
+}
+
+// takeReruns takes the Rerun batches off c but one whose reply is
+// arriving: a queued one is removed, a written one gives its place to a
+// stand-in that takes its replies and drops them. The oldest written one
+// may go too while nothing of its reply came: Redis may have run it and
+// hold its reply (the busy script's own connection gets nothing until
+// the script ends).
+func (c *Conn) takeReruns() []*Batch {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return nil
+	}
+	var moved []*Batch
+	from := 0
+	if c.reading {
+		from = 1
+	}
+	for i := from; i < len(c.inflight); i++ {
+		if b := c.inflight[i]; b.Rerun {
+			c.inflight[i] = &Batch{N: b.N, DoneCh: make(chan struct{}, 1), wrote: b.wrote, timed: b.timed}
+			moved = append(moved, b)
+		}
+	}
+	c.pending = slices.DeleteFunc(c.pending, func(b *Batch) bool {
+		if b.Rerun {
+			moved = append(moved, b)
+		}
+		return b.Rerun
+	})
+	return moved
 }
 
 // failInflight fails the written batches once readLoop no longer touches

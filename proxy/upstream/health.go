@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -146,6 +147,9 @@ func (p *Pool) check() bool {
 			c.fail(&TimeoutError{Node: p.addr, After: p.readTimeout})
 		case now-since >= p.stallAfter:
 			c.state.Or(connStalled)
+			if c.at >= 0 && !paused {
+				p.rerun(c)
+			}
 			busy = true
 		default:
 			c.state.And(^uint32(connStalled))
@@ -165,6 +169,47 @@ func (p *Pool) check() bool {
 	busy = busy || p.draining > 0 || p.pruneHeld()
 	p.mu.Unlock()
 	return busy
+}
+
+// rerun sends the Rerun batches written behind the stalled oldest
+// request of c, a shared connection, again on another shared connection
+// of its Key: the one Get gives for c's place, which replaces c if it may,
+// else another usable one. Redis then answers them as it answers a client
+// of its own while the stalled request runs (-BUSY behind a busy script,
+// also when the BUSY refuses the new connection's SELECT), instead of
+// after it, and they do not fail with it when it times out.
+// During a CLIENT PAUSE nothing moves: pause.go keeps what Redis holds
+// apart. It runs in a goroutine of its own, one per connection at a time:
+// a dial must not hold up the watchdog.
+func (p *Pool) rerun(c *Conn) {
+	if !c.rerunning.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer c.rerunning.Store(false)
+		o, err := p.Get(c.key, uint64(c.at))
+		var refused RedisError
+		if errors.As(err, &refused) && strings.HasPrefix(string(refused), "BUSY ") {
+			// A busy script refused the new connection's SELECT: it
+			// refuses these requests alike, on any connection.
+			for _, b := range c.takeReruns() {
+				b.refuse(refused)
+			}
+			return
+		}
+		if err != nil || o == c || !o.Usable() {
+			return // nowhere better: they wait where they are
+		}
+		var writers []*Conn
+		for _, b := range c.takeReruns() {
+			if w := p.queue(&o, c.key, uint64(c.at), b); w != nil {
+				writers = append(writers, w)
+			}
+		}
+		for _, w := range writers {
+			w.writeHeld()
+		}
+	}()
 }
 
 // drain takes c, a stalled connection still in its slot, out of service

@@ -175,6 +175,92 @@ func TestStallMovesOn(t *testing.T) {
 	eventually(t, "the watchdog disarmed", func() bool { return !p.watch.armed.Load() })
 }
 
+// TestRerunBehindStall: of the batches written behind a request that
+// stalls, a Rerun one is sent again on another connection and answered
+// there at once; one that writes waits for the stalled request. Once that
+// is answered, the first connection's late reply to the Rerun batch is
+// dropped: every batch gets its own replies.
+func TestRerunBehindStall(t *testing.T) {
+	release := make(chan struct{})
+	be := redistest.StartBackend(t, redistest.BackendOptions{Answer: func(args []string) redistest.Reply {
+		if args[0] == "SLOW" {
+			<-release
+		}
+		return redistest.Echo(args)
+	}})
+	p := testPool(t, dialer{addr: be.Addr()}, 1, nil)
+	p.readTimeout = time.Minute
+	var cached *Conn
+	slow := batchOf("SLOW")
+	p.Send(&cached, Key{}, 7, slow)
+	stalled := cached
+	write, read, read2 := batchOf("ECHO w"), batchOf("ECHO r", "ECHO s"), batchOf("ECHO t")
+	read.Rerun, read2.Rerun = true, true
+	for _, b := range []*Batch{write, read, read2} {
+		stalled.Send(b) // written before the stall is seen, as a client's would be
+	}
+	wait(t, read, 10*time.Second, "a Rerun batch behind a stalled request")
+	wait(t, read2, 10*time.Second, "the second Rerun batch")
+	if read.Err != nil || string(read.Out) != "$1\r\nr\r\n$1\r\ns\r\n" || read2.Err != nil || string(read2.Out) != "$1\r\nt\r\n" {
+		t.Errorf("the reruns: %q, %v; %q, %v", read.Out, read.Err, read2.Out, read2.Err)
+	}
+	select {
+	case <-write.DoneCh:
+		t.Fatal("the batch that writes was answered before the stalled request")
+	case <-slow.DoneCh:
+		t.Fatal("the stalled request was answered before its release")
+	default:
+	}
+	close(release)
+	wait(t, slow, 10*time.Second, "SLOW after its release")
+	wait(t, write, 10*time.Second, "the batch behind SLOW")
+	if slow.Err != nil || string(slow.Out) != "$4\r\nSLOW\r\n" || write.Err != nil || string(write.Out) != "$1\r\nw\r\n" {
+		t.Errorf("on the stalled connection: %q, %v; %q, %v", slow.Out, slow.Err, write.Out, write.Err)
+	}
+	ran := 0
+	for _, cmd := range be.Received() {
+		if cmd[0] == "ECHO" && cmd[1] == "r" {
+			ran++
+		}
+	}
+	if ran != 2 {
+		t.Errorf("ECHO r ran %d times, want 2: once where it was written, once elsewhere", ran)
+	}
+	next := batchOf("ECHO n")
+	p.Send(&cached, Key{}, 7, next)
+	wait(t, next, 10*time.Second, "a batch after the stall")
+	if string(next.Out) != "$1\r\nn\r\n" {
+		t.Errorf("after the stall: %q, %v", next.Out, next.Err)
+	}
+}
+
+// TestRerunStalledHead: a Rerun batch that is the oldest on its
+// connection and has no reply yet (Redis holds a busy script's
+// connection's replies) is sent again elsewhere too; the stall's late
+// reply, if any, is dropped.
+func TestRerunStalledHead(t *testing.T) {
+	var first atomic.Bool
+	be := redistest.StartBackend(t, redistest.BackendOptions{Answer: func(args []string) redistest.Reply {
+		if args[0] == "PEND" && !first.Swap(true) {
+			return redistest.Reply{Stall: true} // only where it was first written
+		}
+		return redistest.Echo(args)
+	}})
+	p := testPool(t, dialer{addr: be.Addr()}, 1, nil)
+	p.readTimeout = time.Minute
+	var cached *Conn
+	head := batchOf("PEND")
+	head.Rerun = true
+	p.Send(&cached, Key{}, 7, head)
+	wait(t, head, 10*time.Second, "a stalled Rerun batch")
+	if head.Err != nil || string(head.Out) != "$4\r\nPEND\r\n" {
+		t.Errorf("the rerun head: %q, %v", head.Out, head.Err)
+	}
+	if be.Conns() != 2 {
+		t.Errorf("%d connections dialed, want 2", be.Conns())
+	}
+}
+
 // TestStallBound: a node on which every connection stalls (stopped, or
 // running KEYS *) gets at most perDB connections beside its perDB own,
 // however many requests come; past that, requests wait on a stalled one.

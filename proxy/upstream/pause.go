@@ -158,7 +158,7 @@ func (p *Pool) heldConn(k Key) (*Conn, error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	c, err := p.adopt(nc, br)
+	c, err := p.adopt(nc, br, k, -1)
 	if err != nil {
 		return nil, err
 	}

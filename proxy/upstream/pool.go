@@ -241,7 +241,8 @@ func (p *Pool) Get(k Key, id uint64) (*Conn, error) {
 	}
 	p.mu.Unlock()
 
-	s := slots[id%uint64(len(slots))]
+	at := int(id % uint64(len(slots)))
+	s := slots[at]
 	asked := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -271,22 +272,23 @@ func (p *Pool) Get(k Key, id uint64) (*Conn, error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	c, err := p.adopt(nc, br)
+	c, err := p.adopt(nc, br, k, at)
 	if err == nil {
 		s.conn.Store(c)
 	}
 	return c, err
 }
 
-// adopt makes a shared connection of nc, watched with the pool's others;
-// ErrClosed, with nc closed, when the pool was closed meanwhile. p.mu must
-// be held.
-func (p *Pool) adopt(nc net.Conn, br *bufio.Reader) (*Conn, error) {
+// adopt makes a shared connection of nc for k, at place at of its
+// slots, watched with the pool's others; ErrClosed, with nc closed, when
+// the pool was closed meanwhile. p.mu must be held.
+func (p *Pool) adopt(nc net.Conn, br *bufio.Reader, k Key, at int) (*Conn, error) {
 	if p.closed {
 		nc.Close()
 		return nil, ErrClosed
 	}
 	c := newConn(nc, br, p.m, &p.watch, p)
+	c.key, c.at = k, at
 	p.live = append(p.live, c)
 	if !p.watching {
 		p.watching = true
