@@ -9,12 +9,16 @@ import (
 	"syscall"
 )
 
-// maxSpares bounds the keys (db and protocol) a pool keeps a spare
-// connection for: Redis has 16 dbs by default, and a client cannot make
-// us dial one per db it names.
-const maxSpares = 16
+// Spare bounds: a key (db and protocol) keeps at least one spare, and one
+// more each time a client found none ready (a burst of blocking commands
+// at once), up to maxSparesPerKey; a pool keeps at most maxSpares, ready
+// or being dialed, so that clients cannot make it dial without end.
+const (
+	maxSparesPerKey = 8
+	maxSpares       = 32
+)
 
-// spares are connections dialed in advance, one per key, for the clients
+// spares are connections dialed in advance, per key, for the clients
 // that need one of their own (a blocking command, MULTI, SUBSCRIBE).
 //
 // Why: such a command used to wait for a dial (TCP, TLS, AUTH, SELECT)
@@ -24,11 +28,14 @@ const maxSpares = 16
 // "-NOGROUP No such key …" (the DEL ran first) where Redis gives
 // "-UNBLOCKED the stream key no longer exists"; XREAD on a key whose type
 // a later SET changed got WRONGTYPE instead of blocking. With a spare,
-// the command is written as soon as it is read, as a direct client's is.
+// the command is written as soon as it is read, as a direct client's is;
+// several clients blocking at once need several.
 type spares struct {
 	mu      sync.Mutex
-	ready   map[Key]spareConn
-	dialing map[Key]bool
+	ready   map[Key][]spareConn
+	dialing map[Key]int
+	want    map[Key]int // how many k keeps, once a take found none: 1 before
+	n       int         // ready and being dialed, over every key
 	closed  bool
 }
 
@@ -38,10 +45,11 @@ type spareConn struct {
 }
 
 // DialOwn is Dial for a connection of a client's own, without waiting
-// for a dial when it can: it takes the spare connection of k, dialed in
+// for a dial when it can: it takes a spare connection of k, dialed in
 // advance, when one is idle and still open (Redis's timeout may have
-// closed it), and dials the next spare of k in the background. The
-// cost is one idle connection per db and protocol used, per node.
+// closed it), and dials the next spares of k in the background. The
+// cost is an idle connection per db and protocol used, per node, and
+// one more per client that found none (up to maxSparesPerKey).
 func (p *Pool) DialOwn(k Key) (net.Conn, *bufio.Reader, error) {
 	if err := p.healthy(); err != nil {
 		return nil, nil, err
@@ -59,17 +67,31 @@ func (p *Pool) DialOwn(k Key) (net.Conn, *bufio.Reader, error) {
 // without a dial. Cheap when it has one.
 func (p *Pool) KeepSpare(k Key) { p.refillSpare(k) }
 
-// take removes k's spare and returns it if it is still usable.
+// take removes one of k's spares and returns it if it is still usable;
+// when none was, k keeps one more from now on.
 func (s *spares) take(k Key) (spareConn, bool) {
 	s.mu.Lock()
-	sc, ok := s.ready[k]
-	delete(s.ready, k)
-	s.mu.Unlock()
-	if ok && !idleOpen(sc) {
+	defer s.mu.Unlock()
+	for len(s.ready[k]) > 0 {
+		last := len(s.ready[k]) - 1
+		sc := s.ready[k][last]
+		s.ready[k] = s.ready[k][:last]
+		s.n--
+		if idleOpen(sc) {
+			return sc, true
+		}
 		sc.nc.Close()
-		ok = false
 	}
-	return sc, ok
+	s.init()
+	s.want[k] = min(max(s.want[k], 1)+1, maxSparesPerKey)
+	return spareConn{}, false
+}
+
+// init makes the maps; s.mu must be held.
+func (s *spares) init() {
+	if s.ready == nil {
+		s.ready, s.dialing, s.want = make(map[Key][]spareConn), make(map[Key]int), make(map[Key]int)
+	}
 }
 
 // idleOpen reports whether an idle connection is still open, by a peek
@@ -104,9 +126,9 @@ func idleOpen(sc spareConn) bool {
 	return err == nil && open
 }
 
-// refillSpare dials a spare connection for k in the background, unless
-// k has one, one is being dialed, Redis refused k's db, or the pool keeps
-// spares for maxSpares other keys already.
+// refillSpare dials spare connections for k in the background until k
+// has as many ready or being dialed as it keeps, unless Redis refused k's
+// db or the pool keeps maxSpares already.
 func (p *Pool) refillSpare(k Key) {
 	p.mu.Lock()
 	refused := p.noDB > 0 && k.DB >= p.noDB
@@ -114,27 +136,28 @@ func (p *Pool) refillSpare(k Key) {
 	s := &p.spare
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, has := s.ready[k]
-	if refused || has || s.dialing[k] || s.closed || len(s.ready)+len(s.dialing) >= maxSpares {
+	if refused || s.closed {
 		return
 	}
-	if s.ready == nil {
-		s.ready, s.dialing = make(map[Key]spareConn), make(map[Key]bool)
+	s.init()
+	for ; len(s.ready[k])+s.dialing[k] < max(s.want[k], 1) && s.n < maxSpares; s.n++ {
+		s.dialing[k]++
+		go func() {
+			nc, br, err := p.Dial(k)
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.dialing[k]--
+			switch {
+			case err != nil:
+				s.n--
+			case s.closed:
+				s.n--
+				nc.Close()
+			default:
+				s.ready[k] = append(s.ready[k], spareConn{nc: nc, br: br})
+			}
+		}()
 	}
-	s.dialing[k] = true
-	go func() {
-		nc, br, err := p.Dial(k)
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		delete(s.dialing, k)
-		switch {
-		case err != nil:
-		case s.closed:
-			nc.Close()
-		default:
-			s.ready[k] = spareConn{nc: nc, br: br}
-		}
-	}()
 }
 
 // close closes the spares; those being dialed close as they arrive.
@@ -142,8 +165,11 @@ func (s *spares) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
-	for db, sc := range s.ready {
-		sc.nc.Close()
-		delete(s.ready, db)
+	for k, scs := range s.ready {
+		for _, sc := range scs {
+			sc.nc.Close()
+		}
+		s.n -= len(scs)
+		delete(s.ready, k)
 	}
 }
