@@ -312,9 +312,9 @@ var heldCommands = strings.Fields(`
 
 // rerunCommands are the commands that change nothing Redis keeps when
 // they run a second time: Redis 7.0.15's readonly commands (commands.c)
-// without the read-only scripts, which are what stalls a connection, or
-// the subcommands (MEMORY USAGE, OBJECT, XINFO), which have no entries of
-// their own; and PING, ECHO, TIME, LASTSAVE and INFO, which read no key.
+// without the read-only scripts and KEYS, which are what stalls a
+// connection, or the subcommands (MEMORY USAGE, OBJECT, XINFO), which have
+// no entries of their own; and PING, ECHO, TIME, LASTSAVE and INFO, which read no key.
 // A batch of them written behind another client's stalled request (a
 // busy script, a write a CLIENT PAUSE holds) is sent again elsewhere,
 // where Redis answers it (BUSY, or the reply), rather than wait up to the
@@ -323,7 +323,7 @@ var rerunCommands = strings.Fields(`
 	bitcount bitfield_ro bitpos dbsize dump echo exists expiretime geodist
 	geohash geopos georadius_ro georadiusbymember_ro geosearch get getbit
 	getrange hexists hget hgetall hkeys hlen hmget hrandfield hscan hstrlen
-	hvals info keys lastsave lcs lindex llen lolwut lpos lrange mget
+	hvals info lastsave lcs lindex llen lolwut lpos lrange mget
 	pexpiretime ping pttl randomkey scan scard sdiff sinter sintercard
 	sismember smembers smismember sort_ro srandmember sscan strlen substr
 	sunion time touch ttl type xlen xpending xrange xread xrevrange zcard

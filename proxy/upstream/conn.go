@@ -134,6 +134,7 @@ type Conn struct {
 	pending  []*Batch // queued, not written; failed by fail
 	inflight []*Batch // written or being written; failed only by readLoop
 	reading  bool     // readLoop fills inflight[0]: a reply to it arrived
+	unsent   int      // the last ones of inflight, which a write may still be reading
 	err      error    // sticky failure; guarded by mu
 
 	// since is the wrote of inflight[0], 0 while nothing is in flight:
@@ -258,6 +259,7 @@ func (c *Conn) writePending() bool {
 	c.m.Requests.Add(float64(n))
 	c.wbatches, c.pending = c.pending, c.wbatches[:0]
 	c.inflight = append(c.inflight, c.wbatches...)
+	c.unsent = len(c.wbatches)
 	c.mu.Unlock()
 	if idle {
 		c.watch.arm()
@@ -282,6 +284,7 @@ func (c *Conn) writePending() bool {
 // queued up while we wrote.
 func (c *Conn) endWrite() {
 	c.mu.Lock()
+	c.unsent = 0
 	queued := len(c.pending) > 0
 	c.writing = queued
 	c.mu.Unlock()
@@ -410,12 +413,42 @@ func (c *Conn) readLoop() {
 	}
 }
 
-// takeReruns takes the Rerun batches off c but one whose reply is
-// arriving: a queued one is removed, a written one gives its place to a
-// stand-in that takes its replies and drops them. The oldest written one
-// may go too while nothing of its reply came: Redis may have run it and
-// hold its reply (the busy script's own connection gets nothing until
-// the script ends).
+// movable reports whether inflight[i] may be sent again elsewhere: it is
+// Rerun, its write is over (its Req is the sender's again once it is
+// answered) and no reply to it came. The oldest may only with a batch
+// behind it that may not move: Redis may have run it and hold its reply
+// while that one runs (a busy script's connection gets nothing until the
+// script ends); alone, it is itself the slow request, and would only be
+// slow again elsewhere. c.mu must be held.
+func (c *Conn) movable(i int) bool {
+	if !c.inflight[i].Rerun || i >= len(c.inflight)-c.unsent {
+		return false
+	}
+	if i > 0 {
+		return true
+	}
+	return !c.reading && slices.ContainsFunc(c.inflight[1:], func(b *Batch) bool { return !b.Rerun })
+}
+
+// hasReruns reports whether takeReruns would take a batch off c.
+func (c *Conn) hasReruns() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return false
+	}
+	for i := range c.inflight {
+		if c.movable(i) {
+			return true
+		}
+	}
+	return slices.ContainsFunc(c.pending, func(b *Batch) bool { return b.Rerun })
+}
+
+// takeReruns takes the batches off c that may be sent again elsewhere: a
+// queued Rerun one is removed, a movable written one gives its place to a
+// stand-in that takes its replies and drops them. A batch moves once:
+// each taken one's Rerun is cleared.
 func (c *Conn) takeReruns() []*Batch {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -423,21 +456,20 @@ func (c *Conn) takeReruns() []*Batch {
 		return nil
 	}
 	var moved []*Batch
-	from := 0
-	if c.reading {
-		from = 1
-	}
-	for i := from; i < len(c.inflight); i++ {
-		if b := c.inflight[i]; b.Rerun {
+	for i, b := range c.inflight {
+		if c.movable(i) {
 			c.inflight[i] = &Batch{N: b.N, DoneCh: make(chan struct{}, 1), wrote: b.wrote, timed: b.timed}
+			b.Rerun = false
 			moved = append(moved, b)
 		}
 	}
 	c.pending = slices.DeleteFunc(c.pending, func(b *Batch) bool {
 		if b.Rerun {
+			b.Rerun = false
 			moved = append(moved, b)
+			return true
 		}
-		return b.Rerun
+		return false
 	})
 	return moved
 }

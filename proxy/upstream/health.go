@@ -187,6 +187,9 @@ func (p *Pool) rerun(c *Conn) {
 	}
 	go func() {
 		defer c.rerunning.Store(false)
+		if !c.hasReruns() {
+			return // nothing to move: no dial, no drain
+		}
 		o, err := p.Get(c.key, uint64(c.at))
 		var refused RedisError
 		if errors.As(err, &refused) && strings.HasPrefix(string(refused), "BUSY ") {

@@ -235,30 +235,52 @@ func TestRerunBehindStall(t *testing.T) {
 }
 
 // TestRerunStalledHead: a Rerun batch that is the oldest on its
-// connection and has no reply yet (Redis holds a busy script's
-// connection's replies) is sent again elsewhere too; the stall's late
-// reply, if any, is dropped.
+// connection, with no reply yet and a batch that may not move behind it
+// (Redis holds a busy script's connection's replies), is sent again
+// elsewhere; alone, it is the slow request itself, and stays, with no
+// dial, until it is answered.
 func TestRerunStalledHead(t *testing.T) {
 	var first atomic.Bool
+	release := make(chan struct{})
 	be := redistest.StartBackend(t, redistest.BackendOptions{Answer: func(args []string) redistest.Reply {
-		if args[0] == "PEND" && !first.Swap(true) {
+		switch {
+		case args[0] == "PEND" && !first.Swap(true):
 			return redistest.Reply{Stall: true} // only where it was first written
+		case args[0] == "SLOW":
+			<-release
 		}
 		return redistest.Echo(args)
 	}})
-	p := testPool(t, dialer{addr: be.Addr()}, 1, nil)
+	p := testPool(t, dialer{addr: be.Addr()}, 2, nil)
 	p.readTimeout = time.Minute
-	var cached *Conn
-	head := batchOf("PEND")
-	head.Rerun = true
-	p.Send(&cached, Key{}, 7, head)
-	wait(t, head, 10*time.Second, "a stalled Rerun batch")
-	if head.Err != nil || string(head.Out) != "$4\r\nPEND\r\n" {
-		t.Errorf("the rerun head: %q, %v", head.Out, head.Err)
-	}
-	if be.Conns() != 2 {
-		t.Errorf("%d connections dialed, want 2", be.Conns())
-	}
+
+	t.Run("alone", func(t *testing.T) {
+		var cached *Conn
+		slow := batchOf("SLOW")
+		slow.Rerun = true
+		p.Send(&cached, Key{}, 0, slow)
+		eventually(t, "the connection is stalled", func() bool { return !cached.Usable() })
+		time.Sleep(4 * p.stallAfter) // the watchdog ticks over it, and must leave it
+		if n := be.Conns(); n != 1 {
+			t.Errorf("%d connections dialed for a slow read alone, want 1", n)
+		}
+		close(release)
+		wait(t, slow, 10*time.Second, "the slow read")
+		if slow.Err != nil || string(slow.Out) != "$4\r\nSLOW\r\n" {
+			t.Errorf("the slow read: %q, %v", slow.Out, slow.Err)
+		}
+	})
+	t.Run("before a batch that may not move", func(t *testing.T) {
+		var cached *Conn
+		head, write := batchOf("PEND"), batchOf("ECHO w")
+		head.Rerun = true
+		p.Send(&cached, Key{}, 1, head)
+		cached.Send(write)
+		wait(t, head, 10*time.Second, "a stalled Rerun batch")
+		if head.Err != nil || string(head.Out) != "$4\r\nPEND\r\n" {
+			t.Errorf("the rerun head: %q, %v", head.Out, head.Err)
+		}
+	})
 }
 
 // TestStallBound: a node on which every connection stalls (stopped, or
