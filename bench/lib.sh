@@ -440,13 +440,15 @@ bench_add_replicas() {
 # UPSTREAM, a port on 127.0.0.1 or a list host:port[,host:port...] (the
 # seeds of a cluster, with the YAML line 'upstream: {mode: cluster}'), with a
 # config holding the YAML lines (metrics off unless given); sets PROXY_PORT
-# and PROXY_PID.
+# and PROXY_PID. PROXY_NAME (default hotkeyproxy) names its config and log
+# files, for a second instance.
 bench_start_proxy() {
 	local up=$1
 	shift
 	[[ $up == *:* ]] || up=127.0.0.1:$up
 	PROXY_PORT=$(bench_free_port)
-	local conf=$BENCH_TMP/hotkeyproxy.yaml log=$BENCH_TMP/hotkeyproxy.log line
+	local name=${PROXY_NAME:-hotkeyproxy}
+	local conf=$BENCH_TMP/$name.yaml log=$BENCH_TMP/$name.log line
 	{
 		echo "# written by bench/lib.sh"
 		echo 'metrics: {listen: ""}'
@@ -455,8 +457,8 @@ bench_start_proxy() {
 	"$HKP_BIN" --config "$conf" --listen "127.0.0.1:$PROXY_PORT" \
 		--upstream "$up" >"$log" 2>&1 &
 	PROXY_PID=$!
-	bench_track hotkeyproxy "$log" "$PROXY_PID"
-	bench_wait_ping "$PROXY_PORT" "$PROXY_PID" hotkeyproxy
+	bench_track "$name" "$log" "$PROXY_PID"
+	bench_wait_ping "$PROXY_PORT" "$PROXY_PID" "$name"
 }
 
 # bench_start_twemproxy UPSTREAM_PORT: starts nutcracker with one Redis

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Pass-through overhead: redis-benchmark SET/GET against Redis directly,
-# through hotkeyproxy and through twemproxy (nutcracker), and through
+# through hotkeyproxy (as configured by default, and the same with
+# GOMAXPROCS=1: hotkeyproxy-1p) and through twemproxy (nutcracker), and through
 # predixy when a build of it is given, all on one Redis in one run, at
 # pipeline depths 1 and 16.
 #
@@ -38,7 +39,7 @@ CLIENTS=${BENCH_CLIENTS:-50}
 RUN_TIMEOUT=${BENCH_TIMEOUT:-300}
 KEYSPACE=100000
 DEPTHS=(1 16)
-TARGETS=(direct hotkeyproxy twemproxy)
+TARGETS=(direct hotkeyproxy hotkeyproxy-1p twemproxy)
 if [[ -n ${PREDIXY:-} ]]; then TARGETS+=(predixy); fi
 
 for tool in go redis-server redis-benchmark redis-cli nutcracker ss timeout; do
@@ -49,10 +50,12 @@ bench_init
 bench_build_proxy
 # shellcheck disable=SC2119 # no extra redis-server arguments
 bench_start_redis
+PROXY_NAME=hotkeyproxy-1p GOMAXPROCS=1 bench_start_proxy "$REDIS_PORT"
+PROXY1_PORT=$PROXY_PORT PROXY1_PID=$PROXY_PID
 bench_start_proxy "$REDIS_PORT"
 bench_start_twemproxy "$REDIS_PORT"
-declare -A PORT=([direct]=$REDIS_PORT [hotkeyproxy]=$PROXY_PORT [twemproxy]=$TWEM_PORT)
-declare -A PID=([direct]=$REDIS_PID [hotkeyproxy]=$PROXY_PID [twemproxy]=$TWEM_PID)
+declare -A PORT=([direct]=$REDIS_PORT [hotkeyproxy]=$PROXY_PORT [hotkeyproxy-1p]=$PROXY1_PORT [twemproxy]=$TWEM_PORT)
+declare -A PID=([direct]=$REDIS_PID [hotkeyproxy]=$PROXY_PID [hotkeyproxy-1p]=$PROXY1_PID [twemproxy]=$TWEM_PID)
 if [[ -n ${PREDIXY:-} ]]; then
 	bench_start_predixy "$REDIS_PORT"
 	PORT[predixy]=$PREDIXY_PORT PID[predixy]=$PREDIXY_PID
@@ -60,7 +63,7 @@ if [[ -n ${PREDIXY:-} ]]; then
 		sed -n 's/^Version:\(.*\)/\1/p' | head -n 1)
 fi
 CLK_TCK=$(getconf CLK_TCK)
-bench_log "redis-server :$REDIS_PORT, hotkeyproxy :$PROXY_PORT, nutcracker :$TWEM_PORT${PREDIXY:+, predixy :${PORT[predixy]}}"
+bench_log "redis-server :$REDIS_PORT, hotkeyproxy :$PROXY_PORT (GOMAXPROCS=1: :$PROXY1_PORT), nutcracker :$TWEM_PORT${PREDIXY:+, predixy :${PORT[predixy]}}"
 
 # Sanity: a value written through each proxy reads back directly.
 for t in "${TARGETS[@]:1}"; do
@@ -132,7 +135,8 @@ if [[ -n ${PREDIXY:-} ]]; then
 fi
 bench_stop "$TWEM_PID"
 bench_stop "$PROXY_PID"
-grep -E 'level=(WARN|ERROR)|"level":"(WARN|ERROR)"|panic|fatal' "$proxy_log" | head -n 10 |
+bench_stop "$PROXY1_PID"
+grep -E 'level=(WARN|ERROR)|"level":"(WARN|ERROR)"|panic|fatal' "$proxy_log" "$BENCH_TMP/hotkeyproxy-1p.log" | head -n 10 |
 	sed 's/^/hotkeyproxy log: /' >>"$PROBLEMS" || true
 
 cpu_model=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)
@@ -180,7 +184,7 @@ report=$(
 	echo
 	echo "- machine: $(nproc) CPUs, $cpu_model, Linux $(uname -r)"
 	echo "- redis-server $redis_version; $(nutcracker -V 2>&1 | head -n 1); $(go version | sed 's/^go version //')"
-	echo "- hotkeyproxy $commit, default config (upstream.conns_per_node 2)"
+	echo "- hotkeyproxy $commit, default config (upstream.conns_per_node 2); hotkeyproxy-1p: the same with GOMAXPROCS=1 (one scheduler thread, as twemproxy and predixy with one worker have)"
 	echo "- twemproxy: redis: true, one server, server_connections ${BENCH_TWEM_CONNS:-1}, preconnect, auto_eject_hosts false, no timeout"
 	if [[ -n ${PREDIXY:-} ]]; then
 		echo "- predixy ${PREDIXY_VERSION:-?} ($PREDIXY): WorkerThreads 1, a StandaloneServerPool with one server (RefreshMethod fixed), no client or server timeout"
