@@ -125,23 +125,30 @@ func TestReadTimeout(t *testing.T) {
 	}
 }
 
-// TestStallMovesOn: behind a request that has waited past stallAfter, new
-// requests go on another connection and are answered at once, while the
-// slow one is answered in its time on the old connection, which is then
-// closed; the watchdog stops ticking when nothing is in flight.
-func TestStallMovesOn(t *testing.T) {
-	release := make(chan struct{})
-	be := redistest.StartBackend(t, redistest.BackendOptions{Answer: func(args []string) redistest.Reply {
+// slowOnOne starts a pool of one connection per key, with a read timeout
+// of a minute, on a backend that echoes but holds SLOW until release is
+// closed, and sends SLOW (client 7, Key{}): conn is where it went.
+func slowOnOne(t *testing.T) (p *Pool, be *redistest.Backend, release chan struct{}, slow *Batch, conn *Conn) {
+	release = make(chan struct{})
+	be = redistest.StartBackend(t, redistest.BackendOptions{Answer: func(args []string) redistest.Reply {
 		if args[0] == "SLOW" {
 			<-release
 		}
 		return redistest.Echo(args)
 	}})
-	p := testPool(t, dialer{addr: be.Addr()}, 1, nil)
+	p = testPool(t, dialer{addr: be.Addr()}, 1, nil)
 	p.readTimeout = time.Minute
-	var cached *Conn
-	slow := batchOf("SLOW")
-	p.Send(&cached, Key{}, 7, slow)
+	slow = batchOf("SLOW")
+	p.Send(&conn, Key{}, 7, slow)
+	return p, be, release, slow, conn
+}
+
+// TestStallMovesOn: behind a request that has waited past stallAfter, new
+// requests go on another connection and are answered at once, while the
+// slow one is answered in its time on the old connection, which is then
+// closed; the watchdog stops ticking when nothing is in flight.
+func TestStallMovesOn(t *testing.T) {
+	p, be, release, slow, cached := slowOnOne(t)
 	stalled := cached
 	eventually(t, "the connection is stalled", func() bool { return !stalled.Usable() })
 	if !p.watch.armed.Load() {
@@ -181,18 +188,7 @@ func TestStallMovesOn(t *testing.T) {
 // is answered, the first connection's late reply to the Rerun batch is
 // dropped: every batch gets its own replies.
 func TestRerunBehindStall(t *testing.T) {
-	release := make(chan struct{})
-	be := redistest.StartBackend(t, redistest.BackendOptions{Answer: func(args []string) redistest.Reply {
-		if args[0] == "SLOW" {
-			<-release
-		}
-		return redistest.Echo(args)
-	}})
-	p := testPool(t, dialer{addr: be.Addr()}, 1, nil)
-	p.readTimeout = time.Minute
-	var cached *Conn
-	slow := batchOf("SLOW")
-	p.Send(&cached, Key{}, 7, slow)
+	p, be, release, slow, cached := slowOnOne(t)
 	stalled := cached
 	write, read, read2 := batchOf("ECHO w"), batchOf("ECHO r", "ECHO s"), batchOf("ECHO t")
 	read.Rerun, read2.Rerun = true, true
