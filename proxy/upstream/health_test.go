@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -277,6 +278,42 @@ func TestRerunStalledHead(t *testing.T) {
 			t.Errorf("the rerun head: %q, %v", head.Out, head.Err)
 		}
 	})
+}
+
+// TestRerunNotWhileWriting: a Rerun batch whose write is still under way
+// (Redis reads nothing while a script runs, and the socket fills) stays:
+// its request is its sender's again once it is answered elsewhere, while
+// the first write may still be reading it.
+func TestRerunNotWhileWriting(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var accepted atomic.Int32
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			t.Cleanup(func() { nc.Close() }) // read nothing, answer nothing
+		}
+	}()
+	p := testPool(t, dialer{addr: ln.Addr().String()}, 1, nil)
+	p.readTimeout = time.Minute
+	var cached *Conn
+	p.Send(&cached, Key{}, 7, batchOf("EVAL busy 0"))
+	big := batchOf("PING")
+	big.Req = bytes.Repeat(big.Req, 8<<20/len(big.Req)) // more than the sockets hold
+	big.N, big.Rerun = 8<<20/len("*1\r\n$4\r\nPING\r\n"), true
+	go cached.Send(big) // its write blocks until the pool closes
+	eventually(t, "the connection is stalled", func() bool { return !cached.Usable() })
+	time.Sleep(4 * p.stallAfter) // the watchdog ticks over it, and must leave it
+	if n := accepted.Load(); n != 1 {
+		t.Errorf("%d connections dialed, want 1: a batch being written was moved", n)
+	}
 }
 
 // TestStallBound: a node on which every connection stalls (stopped, or
