@@ -182,14 +182,11 @@ func (p *Pool) check() bool {
 // apart. It runs in a goroutine of its own, one per connection at a time:
 // a dial must not hold up the watchdog.
 func (p *Pool) rerun(c *Conn) {
-	if !c.rerunning.CompareAndSwap(false, true) {
-		return
+	if !c.hasReruns() || !c.rerunning.CompareAndSwap(false, true) {
+		return // nothing to move (no goroutine, dial or drain), or a move runs
 	}
 	go func() {
 		defer c.rerunning.Store(false)
-		if !c.hasReruns() {
-			return // nothing to move: no dial, no drain
-		}
 		o, err := p.Get(c.key, uint64(c.at))
 		var refused RedisError
 		if errors.As(err, &refused) && strings.HasPrefix(string(refused), "BUSY ") {
