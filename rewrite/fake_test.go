@@ -34,12 +34,18 @@ type fakeUpstream struct {
 	flushed bool
 	loaded  map[string]bool
 	asked   int
+	// onScript, when set, runs as a SCRIPT request arrives, before it is
+	// answered: what the engine does meanwhile.
+	onScript func()
 }
 
 // script answers SCRIPT EXISTS of one SHA1 and SCRIPT LOAD as a node
 // holding the fake's scripts.
 func (f *fakeUpstream) script(args [][]byte) []byte {
 	f.asked++
+	if f.onScript != nil {
+		f.onScript()
+	}
 	switch sub := strings.ToUpper(string(args[1])); {
 	case sub == "LOAD":
 		if f.loaded == nil {

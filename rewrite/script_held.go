@@ -24,11 +24,13 @@ import (
 
 // heldScripts remembers when each node was last seen holding each
 // declared deduct script, in Unix ns. Few entries: the declared scripts
-// times the masters. seen is replaced whole, under mu, so that the check
-// every deduct makes takes no lock; nil holds none.
+// times the masters. seen is replaced whole, under mu, when an entry is
+// added or dropped, so that the check every deduct makes takes no lock;
+// nil holds none. A time is claimed in place by the one caller that asks
+// again when it is old (seenHeld).
 type heldScripts struct {
 	mu   sync.Mutex
-	seen atomic.Pointer[map[heldAt]int64]
+	seen atomic.Pointer[map[heldAt]*atomic.Int64]
 }
 
 // heldAt names a script (its SHA1, lower case) on a node (its address).
@@ -64,16 +66,18 @@ func (e *Engine) scriptHeld(h *hotKey, s *declaredScript) error {
 	key := []byte(h.name)
 	r := e.send(h, []Request{{Key: key, Args: [][]byte{[]byte("SCRIPT"), []byte("EXISTS"), []byte(s.sha)}}})[0]
 	if err := replyErr(r); err != nil {
+		e.forgetHeld(at)
 		return err
 	}
 	var buf [1][]byte
-	if elems, ok := resp.ArrayElems(r, buf[:0]); ok && len(elems) == 1 && string(elems[0]) == ":1\r\n" {
+	if elems, isArr := resp.ArrayElems(r, buf[:0]); isArr && len(elems) == 1 && string(elems[0]) == ":1\r\n" {
 		e.markHeld(at, ok)
 		return nil
 	}
 	if f := e.remembers.Load(); f != nil && (*f)([]byte(s.sha)) {
 		return e.loadScript(h, s, at, ok)
 	}
+	e.forgetHeld(at)
 	return newRedisError(rediserr.NoScript)
 }
 
@@ -93,6 +97,7 @@ func (e *Engine) loadScript(h *hotKey, s *declaredScript, at heldAt, ok bool) er
 	key := []byte(h.name)
 	r := e.send(h, []Request{{Key: key, Args: [][]byte{[]byte("SCRIPT"), []byte("LOAD"), []byte(s.Body)}}})[0]
 	if err := replyErr(r); err != nil {
+		e.forgetHeld(at)
 		return err
 	}
 	e.markHeld(at, ok)
@@ -106,13 +111,24 @@ func (e *Engine) heldAt(h *hotKey, s *declaredScript) (at heldAt, ok bool) {
 	return heldAt{sha: s.sha, node: node}, node != "?"
 }
 
+// seenHeld reports whether at may be trusted to hold its script: it was
+// seen holding it within recheck, or before that and another caller is
+// asking Redis again. Of the deducts that find the time old, one claims
+// it and asks; the others go on with what was seen meanwhile, so that a
+// recheck costs the node one SCRIPT EXISTS, not one per deduct under way.
+// The claimer records the answer (markHeld) or drops the entry
+// (forgetHeld), so that a no, or no answer, is not trusted.
 func (e *Engine) seenHeld(at heldAt) bool {
 	m := e.held.seen.Load()
 	if m == nil {
 		return false
 	}
 	t, ok := (*m)[at]
-	return ok && e.since(t) < recheck
+	if !ok {
+		return false
+	}
+	seen := t.Load()
+	return e.since(seen) < recheck || !t.CompareAndSwap(seen, e.now())
 }
 
 // markHeld records at as seen held now, unless not ok (no node).
@@ -120,15 +136,40 @@ func (e *Engine) markHeld(at heldAt, ok bool) {
 	if !ok {
 		return
 	}
+	if m := e.held.seen.Load(); m != nil {
+		if t, found := (*m)[at]; found {
+			t.Store(e.now())
+			return
+		}
+	}
 	e.held.mu.Lock()
 	defer e.held.mu.Unlock()
-	var old map[heldAt]int64
+	var old map[heldAt]*atomic.Int64
 	if p := e.held.seen.Load(); p != nil {
 		old = *p
 	}
-	m := make(map[heldAt]int64, len(old)+1)
+	m := make(map[heldAt]*atomic.Int64, len(old)+1)
 	maps.Copy(m, old)
-	m[at] = e.now()
+	t := new(atomic.Int64)
+	t.Store(e.now())
+	m[at] = t
+	e.held.seen.Store(&m)
+}
+
+// forgetHeld drops what was seen of at: the node said it lacks the
+// script, or did not answer.
+func (e *Engine) forgetHeld(at heldAt) {
+	e.held.mu.Lock()
+	defer e.held.mu.Unlock()
+	p := e.held.seen.Load()
+	if p == nil {
+		return
+	}
+	if _, found := (*p)[at]; !found {
+		return
+	}
+	m := maps.Clone(*p)
+	delete(m, at)
 	e.held.seen.Store(&m)
 }
 

@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"strings"
 	"testing"
 )
 
@@ -48,6 +49,37 @@ func TestDeductScriptHeld(t *testing.T) {
 		e.ForgetScripts()
 		f.flushed = true
 		run(t, e, f, c, []step{{cmd: one, reply: noScript}})
+	})
+	t.Run("an old yes is asked again once, trusted by the others meanwhile; a no is not", func(t *testing.T) {
+		e, f, c := testEngine(t, "", 0, nil)
+		h, s := e.key([]byte("k")), e.deductScript(cmd(one))
+		if err := e.scriptHeld(h, s); err != nil {
+			t.Fatal(err)
+		}
+		c.Sleep(recheck)
+		var during []error
+		f.onScript = func() {
+			f.onScript = nil // the recheck under way; the checks below are the others
+			for range 3 {
+				during = append(during, e.scriptHeld(h, s))
+			}
+		}
+		if err := e.scriptHeld(h, s); err != nil {
+			t.Fatal(err)
+		}
+		if f.asked != 2 || len(during) != 3 || during[0] != nil || during[1] != nil || during[2] != nil {
+			t.Fatalf("%d SCRIPT requests, want 2 (one recheck, none from the 3 checks during it, which trust the old yes: %v)", f.asked, during)
+		}
+		c.Sleep(recheck)
+		f.flushed = true
+		for range 2 {
+			if err := e.scriptHeld(h, s); err == nil || !strings.Contains(err.Error(), "NOSCRIPT") {
+				t.Fatalf("after a flush: %v, want NOSCRIPT", err)
+			}
+		}
+		if f.asked != 4 {
+			t.Errorf("%d SCRIPT requests, want 4: a no is asked again", f.asked)
+		}
 	})
 	t.Run("flushed, but the proxy remembers it: loaded, then run", func(t *testing.T) {
 		e, f, c := testEngine(t, "", 0, nil)
