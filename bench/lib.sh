@@ -193,6 +193,34 @@ bench_other_pct() {
 
 # CPU quotas by cgroup, to hold a process to a share of one core (so that
 # a 2-core machine can stand in for one machine per Redis master).
+# bench_cpus LIST: the CPUs of a taskset list ("0,2-3"), one a line.
+bench_cpus() {
+	local part
+	for part in ${1//,/ }; do
+		if [[ $part == *-* ]]; then seq "${part%-*}" "${part#*-}"; else echo "$part"; fi
+	done
+}
+
+# bench_pin_init LIST: sets the CPUs of LIST (a taskset list) apart for the
+# processes bench_pin moves there, and runs this script, and so all that it
+# starts from now on, on the other CPUs it may use. Sets BENCH_PIN and
+# BENCH_REST (a taskset list); dies when LIST leaves no CPU for the rest.
+BENCH_PIN="" BENCH_REST=""
+bench_pin_init() {
+	command -v taskset >/dev/null || bench_die "taskset not found (util-linux)"
+	BENCH_PIN=$1
+	BENCH_REST=$(bench_cpus "$(taskset -pc $$ | sed 's/.*: //')" | grep -vxF -f <(bench_cpus "$1") | paste -sd,)
+	[[ -n $BENCH_REST ]] || bench_die "CPUs $1 leave no CPU for the rest"
+	taskset -pc "$BENCH_REST" $$ >/dev/null || bench_die "taskset -pc $BENCH_REST $$ failed"
+}
+
+# bench_pin PID: moves PID, every thread of it, to the CPUs bench_pin_init
+# set apart. A Go program moved there follows within a second or so: its
+# GOMAXPROCS tracks the CPUs it may use.
+bench_pin() {
+	taskset -a -pc "$BENCH_PIN" "$1" >/dev/null || bench_die "taskset -a -pc $BENCH_PIN $1 failed"
+}
+
 # bench_cgroup_init finds a writable cpu controller — cgroup v1's cpu
 # hierarchy (cpu.cfs_period_us, cpu.cfs_quota_us) or cgroup v2 with the cpu
 # controller (cpu.max) — and makes a cgroup of its own for this run inside

@@ -19,6 +19,11 @@
 #   PREDIXY               a predixy binary: adds predixy (one worker thread,
 #                         a standalone server pool of the same Redis) to
 #                         every round; not installed by anything here
+#   BENCH_PROXY_CPUS      CPUs (a taskset list, e.g. 0) the proxies run on,
+#                         apart from Redis and redis-benchmark, which run on
+#                         the others: each proxy has them to itself, as on a
+#                         host of its own (Go sets hotkeyproxy's GOMAXPROCS
+#                         from them). Default: every process on every CPU
 #   HOTKEYPROXY_BIN       use this binary instead of building one
 #   BENCH_KEEP=1          keep the temp dir (logs, raw CSV)
 #
@@ -47,6 +52,8 @@ for tool in go redis-server redis-benchmark redis-cli nutcracker ss timeout; do
 done
 
 bench_init
+NCPU=$(nproc) # before any pinning narrows what nproc counts
+if [[ -n ${BENCH_PROXY_CPUS:-} ]]; then bench_pin_init "$BENCH_PROXY_CPUS"; fi
 bench_build_proxy
 # shellcheck disable=SC2119 # no extra redis-server arguments
 bench_start_redis
@@ -54,10 +61,12 @@ PROXY_NAME=hotkeyproxy-1p GOMAXPROCS=1 bench_start_proxy "$REDIS_PORT"
 PROXY1_PORT=$PROXY_PORT PROXY1_PID=$PROXY_PID
 bench_start_proxy "$REDIS_PORT"
 bench_start_twemproxy "$REDIS_PORT"
+if [[ -n $BENCH_PIN ]]; then for pid in "$PROXY1_PID" "$PROXY_PID" "$TWEM_PID"; do bench_pin "$pid"; done; fi
 declare -A PORT=([direct]=$REDIS_PORT [hotkeyproxy]=$PROXY_PORT [hotkeyproxy-1p]=$PROXY1_PORT [twemproxy]=$TWEM_PORT)
 declare -A PID=([direct]=$REDIS_PID [hotkeyproxy]=$PROXY_PID [hotkeyproxy-1p]=$PROXY1_PID [twemproxy]=$TWEM_PID)
 if [[ -n ${PREDIXY:-} ]]; then
 	bench_start_predixy "$REDIS_PORT"
+	if [[ -n $BENCH_PIN ]]; then bench_pin "$PREDIXY_PID"; fi
 	PORT[predixy]=$PREDIXY_PORT PID[predixy]=$PREDIXY_PID
 	PREDIXY_VERSION=$(redis-cli -h 127.0.0.1 -p "$PREDIXY_PORT" info server 2>/dev/null | tr -d '\r' |
 		sed -n 's/^Version:\(.*\)/\1/p' | head -n 1)
@@ -182,14 +191,18 @@ report=$(
 	echo
 	echo "$table"
 	echo
-	echo "- machine: $(nproc) CPUs, $cpu_model, Linux $(uname -r)"
+	echo "- machine: $NCPU CPUs, $cpu_model, Linux $(uname -r)"
 	echo "- redis-server $redis_version; $(nutcracker -V 2>&1 | head -n 1); $(go version | sed 's/^go version //')"
 	echo "- hotkeyproxy $commit, default config (upstream.conns_per_node 2); hotkeyproxy-1p: the same with GOMAXPROCS=1 (one scheduler thread, as twemproxy and predixy with one worker have)"
 	echo "- twemproxy: redis: true, one server, server_connections ${BENCH_TWEM_CONNS:-1}, preconnect, auto_eject_hosts false, no timeout"
 	if [[ -n ${PREDIXY:-} ]]; then
 		echo "- predixy ${PREDIXY_VERSION:-?} ($PREDIXY): WorkerThreads 1, a StandaloneServerPool with one server (RefreshMethod fixed), no client or server timeout"
 	fi
-	echo "- redis-server, the proxies and redis-benchmark share the machine's CPUs"
+	if [[ -n $BENCH_PIN ]]; then
+		echo "- the proxies run on CPU $BENCH_PIN (hotkeyproxy's GOMAXPROCS: $(bench_cpus "$BENCH_PIN" | wc -l), as Go sets it from the CPUs it may use), redis-server and redis-benchmark on CPU $BENCH_REST"
+	else
+		echo "- redis-server, the proxies and redis-benchmark share the machine's CPUs"
+	fi
 	if [[ -s $PROBLEMS ]]; then
 		echo
 		echo "Problems:"

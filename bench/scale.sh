@@ -2,7 +2,10 @@
 # Scale-out of one hot key: do a hot key's deducts grow with the masters its
 # buckets cover? On a 2-core machine, one machine per master is simulated by
 # holding every Redis master to a fixed share of one core with a cgroup CPU
-# quota (5% by default), so that Redis, not the shared cores, is the limit.
+# quota (2% by default), so that Redis, not the shared cores, is the limit,
+# and by running the masters on a CPU of their own, apart from the proxy and
+# the load generator, which on a real cluster take neither a master's core
+# nor its caches.
 # For each cluster size M (1, 3, 5 masters, no replicas), in one run:
 #
 #   direct        deduct-one script (EVALSHA, `hotkeyproxy bench seckill`) on
@@ -27,8 +30,16 @@
 #
 # Environment:
 #   SCALE_MASTERS     cluster sizes, in order (default "1 3 5"; quick "1 3")
-#   SCALE_QUOTA_PCT   each master's CPU quota, % of one core (default 5)
-#   BENCH_CG_PERIOD   the quota's period in µs (default 100000)
+#   SCALE_QUOTA_PCT   each master's CPU quota, % of one core (default 2: at
+#                     5 masters the proxy and the load generator then fit
+#                     on the CPUs left to them)
+#   SCALE_PIN         the CPUs the masters run on, as taskset takes them
+#                     (default: the last CPU, when there are 2 or more; the
+#                     script and all else run on the others); "none": the
+#                     masters share every CPU with the rest
+#   BENCH_CG_PERIOD   the quota's period in µs (default 50000: at 2% the
+#                     kernel's shortest quota, 1 ms, so that a master runs
+#                     in short bursts rather than stopping for 98 ms)
 #   SCALE_CLIENTS     concurrent clients per cell, one connection each
 #                     (default 1000; quick 100): enough that every cell is
 #                     saturated (a closed loop of too few clients measures
@@ -47,6 +58,7 @@
 # a sale broke a guarantee or a run failed.
 set -euo pipefail
 
+BENCH_CG_PERIOD=${BENCH_CG_PERIOD:-50000}
 # shellcheck source=bench/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -56,7 +68,12 @@ if [[ $QUICK == 1 ]]; then
 else
 	MASTERS_LIST=${SCALE_MASTERS:-1 3 5} CLIENTS=${SCALE_CLIENTS:-1000} SECS=${SCALE_SECONDS:-10} ROUNDS=${SCALE_ROUNDS:-2}
 fi
-QUOTA_PCT=${SCALE_QUOTA_PCT:-5}
+QUOTA_PCT=${SCALE_QUOTA_PCT:-2}
+
+# PIN: the masters' CPUs, by default the last this script may use.
+mapfile -t MINE < <(bench_cpus "$(taskset -pc $$ | sed 's/.*: //')")
+PIN=${SCALE_PIN:-none}
+if [[ -z ${SCALE_PIN:-} && ${#MINE[@]} -gt 1 ]]; then PIN=${MINE[-1]}; fi
 STOCK=${SCALE_STOCK:-1000000000}
 read -r -a MASTERS_ARR <<<"$MASTERS_LIST"
 
@@ -70,6 +87,7 @@ fi
 
 bench_init
 bench_cgroup_init
+if [[ $PIN != none ]]; then bench_pin_init "$PIN"; fi
 bench_build_proxy
 CLK_TCK=$(getconf CLK_TCK)
 SCRIPTS=$(sed -n '/^scripts:/,/^metrics:/{/^metrics:/d;p}' "$BENCH_ROOT/proxy.yaml")
@@ -166,6 +184,7 @@ run_size() {
 	bench_start_cluster "$m"
 	for ((i = 0; i < m; i++)); do
 		bench_cgroup_limit "m$i" "$QUOTA_PCT" "${CLUSTER_PIDS[i]}"
+		if [[ $PIN != none ]]; then bench_pin "${CLUSTER_PIDS[i]}"; fi
 		redis-cli -p "${CLUSTER_PORTS[i]}" script load "$BODY" >/dev/null
 	done
 	bench_start_proxy "$CLUSTER_SEEDS" 'upstream: {mode: cluster}' \
@@ -247,7 +266,8 @@ report=$(
 	echo "# hotkeyproxy hot-key scale-out benchmark, $(date '+%Y-%m-%d %H:%M:%S %Z')"
 	echo
 	echo "Redis Clusters of ${MASTERS_ARR[*]} masters (no replicas), one after the other, each master held to" \
-		"${QUOTA_PCT}% of one core by a cgroup $BENCH_CG_KIND CPU quota (period ${BENCH_CG_PERIOD} µs), standing in for one machine per master." \
+		"${QUOTA_PCT}% of one core by a cgroup $BENCH_CG_KIND CPU quota (period ${BENCH_CG_PERIOD} µs), standing in for one machine per master;" \
+		"$(if [[ $PIN != none ]]; then echo "the masters on CPU $PIN; the proxy (GOMAXPROCS $(bench_cpus "$BENCH_REST" | wc -l), as Go sets it from the CPUs it may use), the load generator and redis-benchmark on CPU $BENCH_REST."; else echo "every process on every CPU."; fi)" \
 		"$CLIENTS clients per cell, one connection each, depth 1, ${SECS} s per cell, best of $ROUNDS round(s)."
 	echo
 	echo "- direct / proxy-plain / proxy-hot: \`hotkeyproxy bench seckill\` (deduct-one by EVALSHA) on stock:plain straight to its master," \
@@ -260,15 +280,19 @@ report=$(
 		"proxy CPU: user+system of hotkeyproxy's process over the cell (its whole run), % of one core and µs per request." \
 		"busiest master: the master with most CPU during the cell, % of one core (its quota: ${QUOTA_PCT}%), and the share of its" \
 		"quota periods in which it was throttled — near 100% means Redis was the limit; a low figure with the proxy near 100% of a core" \
-		"means the proxy (or the shared cores) was. other CPU %: busy time of the machine (all $(nproc) CPUs) used by neither the masters," \
+		"means the proxy (or the shared cores) was. other CPU %: busy time of the machine (all ${#MINE[@]} CPUs) used by neither the masters," \
 		"the proxy nor the load generator: other processes competing."
 	if [[ $QUICK == 1 ]]; then echo "- BENCH_QUICK=1: smoke run, numbers are rough."; fi
 	echo
 	echo "$table"
 	echo
-	echo "- machine: $(nproc) CPUs, $cpu_model, Linux $(uname -r); load average $LOAD0 at the start, $LOAD1 at the end ($((SECONDS - START)) s)"
+	echo "- machine: ${#MINE[@]} CPUs, $cpu_model, Linux $(uname -r); load average $LOAD0 at the start, $LOAD1 at the end ($((SECONDS - START)) s)"
 	echo "- $(redis-server --version | cut -d' ' -f1-3), $(go version | sed 's/^go version //'), hotkeyproxy $commit (default config, upstream.mode cluster)"
-	echo "- the load generator and the proxy are not limited; they share the machine's cores with each other and with the masters"
+	if [[ $PIN != none ]]; then
+		echo "- the load generator and the proxy are not limited by a quota; they share CPU $BENCH_REST with each other, and the masters share CPU $PIN"
+	else
+		echo "- the load generator and the proxy are not limited; they share the machine's cores with each other and with the masters"
+	fi
 	if [[ -s $PROBLEMS ]]; then
 		echo
 		echo "Problems:"
