@@ -34,32 +34,32 @@ func TestWaitReplicas(t *testing.T) {
 	}{
 		{"a deduct its replica has is answered", func(*testing.T) []step {
 			return []step{{cmd: one, want: join(loaded(5, 5, 5, 5), []exchange{
-				{"EVALSHA deduct 1 k#2 1", pair2(1, 4)}, {wait, num(1)},
+				{"EVALSHA deduct 1 k#2 1", num(4)}, {wait, num(1)},
 			}), reply: num(19)}}
 		}, 0},
 		{"a deduct short of replicas: applied, the error says so, no other bucket tried", func(t *testing.T) []step {
 			return []step{
 				{cmd: one, want: join(loaded(5, 5, 5, 5), []exchange{
-					{"EVALSHA deduct 1 k#2 1", pair2(1, 4)}, {wait, num(0)},
+					{"EVALSHA deduct 1 k#2 1", num(4)}, {wait, num(0)},
 				}), reply: unackedR(t, 2, "0")},
 				// The take stands: the next deduct knows bucket 2 holds 4.
-				{cmd: one, want: []exchange{{"EVALSHA deduct 1 k#2 1", pair2(1, 3)}, {wait, num(1)}}, reply: num(18)},
+				{cmd: one, want: []exchange{{"EVALSHA deduct 1 k#2 1", num(3)}, {wait, num(1)}}, reply: num(18)},
 			}
 		}, 1},
 		{"a WAIT that failed acknowledged none", func(t *testing.T) []step {
 			return []step{{cmd: one, want: join(loaded(5, 5, 5, 5), []exchange{
-				{"EVALSHA deduct 1 k#2 1", pair2(1, 4)}, {wait, downR},
+				{"EVALSHA deduct 1 k#2 1", num(4)}, {wait, downR},
 			}), reply: unackedR(t, 2, "0")}}
 		}, 1},
 		{"a bucket that did not cover changed nothing: the ring goes on", func(*testing.T) []step {
 			return []step{{cmd: one, want: join(loaded(5, 5, 5, 5), []exchange{
 				{"EVALSHA deduct 1 k#2 1", pair2(0, 0)}, {wait, num(0)},
-				{"EVALSHA deduct 1 k#3 1", pair2(1, 4)}, {wait, num(1)},
+				{"EVALSHA deduct 1 k#3 1", num(4)}, {wait, num(1)},
 			}), reply: num(14)}}
 		}, 1},
 		{"a give back short of replicas", func(t *testing.T) []step {
 			return []step{{cmd: "INCRBY k 3", want: join(loaded(5, 5, 5, 5), []exchange{
-				{"EVALSHA add 1 k#0 3", pair2(1, 8)}, {wait, num(0)},
+				{"EVALSHA add 1 k#0 3", num(8)}, {wait, num(0)},
 			}), reply: unackedR(t, 0, "0")}}
 		}, 1},
 		{"a bucket found missing: its lost record is not waited for", func(*testing.T) []step {
@@ -77,7 +77,7 @@ func TestWaitReplicas(t *testing.T) {
 		{"a node without the script: WAIT follows the EVAL that ran", func(*testing.T) []step {
 			return []step{{cmd: "DECR k", want: join(loaded(5, 5, 5, 5), []exchange{
 				{"EVALSHA deduct 1 k#2 1", errR("NOSCRIPT No matching script. Please use EVAL.")}, {wait, num(1)},
-				{"EVAL deduct 1 k#2 1", pair2(1, 4)}, {wait, num(1)},
+				{"EVAL deduct 1 k#2 1", num(4)}, {wait, num(1)},
 			}), reply: num(19)}}
 		}, 0},
 	} {
@@ -101,9 +101,9 @@ func TestWaitReplicasUnruled(t *testing.T) {
 	e, f, c := testEngineOf(t, cfg, 2, nil)
 	e.Learn([]byte("k"))
 	run(t, e, f, c, []step{{cmd: one, want: join(loaded(5, 5, 5, 5), []exchange{
-		{"EVALSHA deduct 1 k#2 1", pair2(1, 4)}, {"WAIT 1 100", num(1)},
+		{"EVALSHA deduct 1 k#2 1", num(4)}, {"WAIT 1 100", num(1)},
 	}), reply: num(19)}})
 	cfg.Hotkeys.Detect.WaitReplicas = 0
 	e.Reload(cfg)
-	run(t, e, f, c, []step{{cmd: one, want: []exchange{{"EVALSHA deduct 1 k#2 1", pair2(1, 3)}}, reply: num(18)}})
+	run(t, e, f, c, []step{{cmd: one, want: []exchange{{"EVALSHA deduct 1 k#2 1", num(3)}}, reply: num(18)}})
 }

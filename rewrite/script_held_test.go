@@ -12,7 +12,7 @@ import (
 func TestDeductScriptHeld(t *testing.T) {
 	const noScript = "-NOSCRIPT No matching script. Please use EVAL.\r\n"
 	deduct := func(left int64) []exchange {
-		return join(loaded(5, 5, 5, 5), []exchange{{"EVALSHA deduct 1 k#0 1", pair2(1, left)}})
+		return join(loaded(5, 5, 5, 5), []exchange{{"EVALSHA deduct 1 k#0 1", num(left)}})
 	}
 	evalOne := [][]byte{[]byte("EVAL"), []byte(deductOne), []byte("1"), []byte("k")}
 
@@ -34,7 +34,7 @@ func TestDeductScriptHeld(t *testing.T) {
 		if !f.loaded[sha(deductOne)] {
 			t.Fatal("EVAL did not load the script on the key's node")
 		}
-		run(t, e, f, c, []step{{cmd: one, want: []exchange{{"EVALSHA deduct 1 k#0 1", pair2(1, 3)}}, reply: num(18)}})
+		run(t, e, f, c, []step{{cmd: one, want: []exchange{{"EVALSHA deduct 1 k#0 1", num(3)}}, reply: num(18)}})
 		if f.asked != 1 {
 			t.Errorf("%d SCRIPT requests, want 1: the load's yes is trusted", f.asked)
 		}
@@ -42,7 +42,7 @@ func TestDeductScriptHeld(t *testing.T) {
 	t.Run("a yes trusted for recheck, forgotten by ForgetScripts", func(t *testing.T) {
 		e, f, c := testEngine(t, "", 0, nil)
 		run(t, e, f, c, []step{{cmd: one, want: deduct(4), reply: num(19)}})
-		run(t, e, f, c, []step{{cmd: one, want: []exchange{{"EVALSHA deduct 1 k#0 1", pair2(1, 3)}}, reply: num(18)}})
+		run(t, e, f, c, []step{{cmd: one, want: []exchange{{"EVALSHA deduct 1 k#0 1", num(3)}}, reply: num(18)}})
 		if f.asked != 1 {
 			t.Fatalf("%d SCRIPT requests, want 1", f.asked)
 		}

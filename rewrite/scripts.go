@@ -19,6 +19,9 @@ type bucketScript struct {
 	// appends to the bucket's journal (see journal.go); nil for a script
 	// that changes no bucket.
 	journaled *bucketScript
+	// bare: it answers its usual outcome, {1, b}, as the integer b (see
+	// bareScript).
+	bare bool
 }
 
 func newBucketScript(body string) *bucketScript {
@@ -35,29 +38,44 @@ func newChangeScript(body string) *bucketScript {
 	return s
 }
 
-// Each returns {a, b}: two integers; a is -2 when the bucket does not
-// exist: the hot key expired or was deleted behind this proxy's back (or
-// the bucket alone is lost: lose tells which).
+// bareScript marks s, and its journaled form, as answering {1, b} as the
+// integer b, which Redis makes for about 0.45 µs less than a table of two:
+// a hot deduct's step then costs Redis 2.2 µs rather than 2.65 (the deduct
+// script of proxy.yaml on a plain key: 1.85). For the scripts every deduct
+// and every INCR/DECR of a hot key runs.
+func bareScript(s *bucketScript) *bucketScript {
+	s.bare = true
+	if s.journaled != nil {
+		s.journaled.bare = true
+	}
+	return s
+}
+
+// Each returns {a, b}: two integers (a bare script answers b alone for
+// {1, b}); a is -2 when the bucket does not exist: the hot key expired or
+// was deleted behind this proxy's back (or the bucket alone is lost: lose
+// tells which).
 var (
-	// deduct takes ARGV[1] from a bucket that holds that much: {1, left}
-	// or {0, what it holds}.
-	scriptDeduct = newChangeScript(`local v = redis.call('get', KEYS[1])
+	// deduct takes ARGV[1] from a bucket that holds that much: what is
+	// left (for {1, left}), or {0, what it holds}.
+	scriptDeduct = bareScript(newChangeScript(`local v = redis.call('get', KEYS[1])
 if not v then return {-2, 0} end
 v = tonumber(v)
 local n = tonumber(ARGV[1])
 if v >= n then
   v = redis.call('decrby', KEYS[1], n)
   jot('deduct', n, v)
-  return {1, v}
+  return v
 end
-return {0, v}`)
+return {0, v}`))
 
-	// add adds ARGV[1], which may be negative, to a bucket: {1, now}.
-	scriptAdd = newChangeScript(`if redis.call('exists', KEYS[1]) == 0 then return {-2, 0} end
+	// add adds ARGV[1], which may be negative, to a bucket: what it
+	// holds now (for {1, now}).
+	scriptAdd = bareScript(newChangeScript(`if redis.call('exists', KEYS[1]) == 0 then return {-2, 0} end
 local d = tonumber(ARGV[1])
 local v = redis.call('incrby', KEYS[1], d)
 if d < 0 then jot('deduct', -d, v) elseif d > 0 then jot('give_back', d, v) end
-return {1, v}`)
+return v`))
 
 	// convert starts turning a key into a hot key, in one step on the
 	// key's slot: the key gets the layout (ARGV[1]) marked pending with
@@ -256,6 +274,11 @@ func (e *Engine) runIn(h *hotKey, c scriptCall, req []Request) (a, b int64, err 
 	if noScript(r) {
 		args[0], args[1] = []byte("EVAL"), c.s.body
 		r, unacked = e.sendChangeIn(h, req)
+	}
+	if c.s != nil && c.s.bare {
+		if v, isInt := resp.IntValue(r); isInt {
+			return 1, v, unacked
+		}
 	}
 	a, b, ok := pair(r)
 	if !ok {

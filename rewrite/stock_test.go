@@ -63,38 +63,38 @@ func TestDeduct(t *testing.T) {
 		steps []step
 	}{
 		{"the start bucket covers", config.RouteRandom, 2, []step{{
-			cmd: one, want: join(loaded(5, 5, 5, 5), []exchange{{"EVALSHA deduct 1 k#2 1", pair2(1, 4)}}), reply: num(19),
+			cmd: one, want: join(loaded(5, 5, 5, 5), []exchange{{"EVALSHA deduct 1 k#2 1", num(4)}}), reply: num(19),
 		}}},
 		{"ring order from the start, past buckets seen short", config.RouteRandom, 2, []step{{
-			cmd: one, want: join(loaded(0, 3, 0, 0), []exchange{{"EVALSHA deduct 1 k#1 1", pair2(1, 2)}}), reply: num(2),
+			cmd: one, want: join(loaded(0, 3, 0, 0), []exchange{{"EVALSHA deduct 1 k#1 1", num(2)}}), reply: num(2),
 		}}},
 		{"a bucket found short in Redis: the ring goes on", config.RouteRandom, 3, []step{{
 			cmd: one, want: join(loaded(5, 5, 5, 5), []exchange{
 				{"EVALSHA deduct 1 k#3 1", pair2(0, 0)},
-				{"EVALSHA deduct 1 k#0 1", pair2(1, 4)},
+				{"EVALSHA deduct 1 k#0 1", num(4)},
 			}), reply: num(14),
 		}}},
 		{"route client: the client's bucket", config.RouteClient, -1, []step{
-			{cmd: one, client: 6, want: join(loaded(5, 5, 5, 5), []exchange{{"EVALSHA deduct 1 k#2 1", pair2(1, 4)}}), reply: num(19)},
-			{cmd: one, client: 7, want: []exchange{{"EVALSHA deduct 1 k#3 1", pair2(1, 4)}}, reply: num(18)},
+			{cmd: one, client: 6, want: join(loaded(5, 5, 5, 5), []exchange{{"EVALSHA deduct 1 k#2 1", num(4)}}), reply: num(19)},
+			{cmd: one, client: 7, want: []exchange{{"EVALSHA deduct 1 k#3 1", num(4)}}, reply: num(18)},
 		}},
 		{"a node without the script gets its body", config.RouteRandom, 0, []step{{
 			cmd: one, want: join(loaded(5, 5, 5, 5), []exchange{
 				{"EVALSHA deduct 1 k#0 1", errR("NOSCRIPT No matching script. Please use EVAL.")},
-				{"EVAL deduct 1 k#0 1", pair2(1, 4)},
+				{"EVAL deduct 1 k#0 1", num(4)},
 			}), reply: num(19),
 		}}},
 		{"no bucket covers, together they do: gathered into bucket 0", config.RouteRandom, 1, []step{{
 			cmd: five, want: join(loaded(2, 2, 2, 2), reads(2, 2, 2, 2),
 				moveSteps(1, 3, "m1", 2, 0, 4), moveSteps(2, 1, "m2", 1, 1, 5),
-				[]exchange{{"EVALSHA deduct 1 k#0 5", pair2(1, 0)}}), reply: num(3),
+				[]exchange{{"EVALSHA deduct 1 k#0 5", num(0)}}), reply: num(3),
 		}}},
 		{"together they cannot: sold out after two reads, no move in flight", config.RouteRandom, 0, []step{{
 			cmd: five, want: join(loaded(2, 1, 1, 0), reads(2, 1, 1, 0), sweep(), reads(2, 1, 1, 0), sweep()), reply: num(-1),
 		}}},
 		{"a move by another proxy seen on the second read", config.RouteRandom, 0, []step{{
 			cmd: five, want: join(loaded(2, 1, 1, 0), reads(2, 1, 1, 0), sweep(), reads(5, 0, 0, 0),
-				[]exchange{{"EVALSHA deduct 1 k#0 5", pair2(1, 0)}}), reply: num(0),
+				[]exchange{{"EVALSHA deduct 1 k#0 5", num(0)}}), reply: num(0),
 		}}},
 		{"a move in flight (another proxy's, or a dead one's) finished, not sold out", config.RouteRandom, 0, []step{{
 			cmd: five, want: join(loaded(2, 2, 1, 0), reads(2, 2, 0, 0), []exchange{
@@ -105,7 +105,7 @@ func TestDeduct(t *testing.T) {
 				{"EVALSHA apply 2 k#0 k#0:applied x9 1 <keep>", pair2(1, 3)},
 				{"HDEL k#2:intents x9", num(1)},
 			}, reads(3, 2, 0, 0), moveSteps(1, 2, "m1", 2, 0, 5),
-				[]exchange{{"EVALSHA deduct 1 k#0 5", pair2(1, 0)}}), reply: num(0),
+				[]exchange{{"EVALSHA deduct 1 k#0 5", num(0)}}), reply: num(0),
 		}}},
 		{"gathered stock taken meanwhile: read again, sold out", config.RouteRandom, 1, []step{{
 			cmd: five, want: join(loaded(2, 2, 2, 2), reads(2, 2, 2, 2),
@@ -136,7 +136,7 @@ func TestDeduct(t *testing.T) {
 		{"a bucket's node down: passed over", config.RouteRandom, 0, []step{{
 			cmd: one, want: join(loaded(5, 5, 5, 5), []exchange{
 				{"EVALSHA deduct 1 k#0 1", downR},
-				{"EVALSHA deduct 1 k#1 1", pair2(1, 4)},
+				{"EVALSHA deduct 1 k#1 1", num(4)},
 			}), reply: num(19),
 		}}},
 		{"the stock's only node down: its error, never sold out", config.RouteRandom, 0, []step{{
@@ -152,7 +152,7 @@ func TestDeduct(t *testing.T) {
 			cmd: one, want: []exchange{
 				{"GET k", bulk(marker)},
 				{"GET k#0", bulk("5")}, {"GET k#1", bulk("5")}, {"GET k#2", downR}, {"GET k#3", bulk("5")},
-				{"EVALSHA deduct 1 k#3 1", pair2(1, 4)},
+				{"EVALSHA deduct 1 k#3 1", num(4)},
 			}, reply: num(14),
 		}}},
 		{"a bucket missing in the ring, the layout replaced: the new layout is read", config.RouteRandom, 0, []step{{
@@ -160,7 +160,7 @@ func TestDeduct(t *testing.T) {
 				{"EVALSHA deduct 1 k#0 1", pair2(-2, 0)},
 				{"EVALSHA lose 2 k k#0:lost layout:0 1 2 3 0 5 1000", pair2(0, 0)},
 				{"GET k", bulk("hotkeyproxy-layout:1:b:0 1 2 3")},
-			}, reads(10, 0, 0, 0), []exchange{{"EVALSHA deduct 1 k#0 1", pair2(1, 9)}}), reply: num(9),
+			}, reads(10, 0, 0, 0), []exchange{{"EVALSHA deduct 1 k#0 1", num(9)}}), reply: num(9),
 		}}},
 		{"a bucket missing on the slow path's read, the key gone", config.RouteRandom, 0, []step{{
 			cmd: one, want: join(loaded(0, 0, 0, 0), []exchange{
@@ -215,7 +215,7 @@ func TestSoldOutMemory(t *testing.T) {
 		}, 2},
 		{"a smaller amount than the one sold out asks Redis", []step{
 			{cmd: five, want: join(loaded(2, 1, 1, 0), reads(2, 1, 1, 0), sweep(), reads(2, 1, 1, 0), sweep()), reply: num(-1)},
-			{cmd: one, want: []exchange{{"EVALSHA deduct 1 k#0 1", pair2(1, 1)}}, reply: num(3)},
+			{cmd: one, want: []exchange{{"EVALSHA deduct 1 k#0 1", num(1)}}, reply: num(3)},
 		}, 0},
 		// Past soldout_ttl the memory no longer answers (sold_out_local
 		// stays), but the conclusion its expiry refreshed stands until
@@ -224,11 +224,11 @@ func TestSoldOutMemory(t *testing.T) {
 			{wait: 100 * time.Millisecond, cmd: one, reply: num(-1)},
 		}, 0},
 		{"past the recheck: read again, stock given back elsewhere sold", []step{soldOut,
-			{wait: recheck, cmd: one, want: join(loaded(0, 0, 3, 0), []exchange{{"EVALSHA deduct 1 k#2 1", pair2(1, 2)}}), reply: num(2)},
+			{wait: recheck, cmd: one, want: join(loaded(0, 0, 3, 0), []exchange{{"EVALSHA deduct 1 k#2 1", num(2)}}), reply: num(2)},
 		}, 0},
 		{"a give-back here forgets it", []step{soldOut,
-			{cmd: "INCRBY k 3", want: []exchange{{"EVALSHA add 1 k#0 3", pair2(1, 3)}}, reply: num(3)},
-			{cmd: one, want: []exchange{{"EVALSHA deduct 1 k#0 1", pair2(1, 2)}}, reply: num(2)},
+			{cmd: "INCRBY k 3", want: []exchange{{"EVALSHA add 1 k#0 3", num(3)}}, reply: num(3)},
+			{cmd: one, want: []exchange{{"EVALSHA deduct 1 k#0 1", num(2)}}, reply: num(2)},
 		}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -259,21 +259,21 @@ func TestDebt(t *testing.T) {
 		steps []step
 	}{
 		{"covered by one bucket", []step{
-			{cmd: "DECRBY k 3", want: join(loaded(5, 5, 5, 5), []exchange{{"EVALSHA deduct 1 k#0 3", pair2(1, 2)}}), reply: num(17)},
+			{cmd: "DECRBY k 3", want: join(loaded(5, 5, 5, 5), []exchange{{"EVALSHA deduct 1 k#0 3", num(2)}}), reply: num(17)},
 		}},
 		{"past the stock: the rest gathered, bucket 0 negative", []step{
 			{cmd: "DECRBY k 5", want: join(loaded(1, 1, 1, 0), reads(1, 1, 1, 0), sweep(), reads(1, 1, 1, 0), sweep(),
 				moveSteps(1, 1<<62-1, "m1", 1, 0, 2), moveSteps(2, 1<<62-2, "m2", 1, 0, 3), moveSteps(3, 1<<62-3, "m3", 0, 0, 0),
-				[]exchange{{"EVALSHA add 1 k#0 -5", pair2(1, -2)}}), reply: num(-2)},
+				[]exchange{{"EVALSHA add 1 k#0 -5", num(-2)}}), reply: num(-2)},
 			// Sold out for 5 is remembered: straight to the debt.
-			{cmd: "DECRBY k 5", want: []exchange{{"EVALSHA add 1 k#0 -5", pair2(1, -7)}}, reply: num(-7)},
-			{cmd: "INCRBY k 8", want: []exchange{{"EVALSHA add 1 k#0 8", pair2(1, 1)}}, reply: num(1)},
+			{cmd: "DECRBY k 5", want: []exchange{{"EVALSHA add 1 k#0 -5", num(-7)}}, reply: num(-7)},
+			{cmd: "INCRBY k 8", want: []exchange{{"EVALSHA add 1 k#0 8", num(1)}}, reply: num(1)},
 		}},
 		{"DECR; if < 0, INCR back", []step{
 			{cmd: "DECR k", want: join(loaded(0, 0, 0, 0), reads(0, 0, 0, 0), sweep(), reads(0, 0, 0, 0), sweep(), []exchange{
-				{"EVALSHA add 1 k#0 -1", pair2(1, -1)},
+				{"EVALSHA add 1 k#0 -1", num(-1)},
 			}), reply: num(-1)},
-			{cmd: "INCR k", want: []exchange{{"EVALSHA add 1 k#0 1", pair2(1, 0)}}, reply: num(0)},
+			{cmd: "INCR k", want: []exchange{{"EVALSHA add 1 k#0 1", num(0)}}, reply: num(0)},
 		}},
 		{"a node fails the debt's gather", []step{
 			{cmd: "DECRBY k 5", want: join(loaded(1, 1, 1, 0), reads(1, 1, 1, 0), sweep(), reads(1, 1, 1, 0), sweep(), []exchange{
@@ -293,7 +293,7 @@ func TestDebt(t *testing.T) {
 				{"EVALSHA add 1 k#0 2", pair2(-2, 0)},
 				{"EVALSHA lose 2 k k#0:lost layout:0 1 2 3 0 0 1000", pair2(0, 0)},
 				{"GET k", bulk("hotkeyproxy-layout:1:b:0 1 2 3")},
-			}, reads(1, 1, 1, 1), []exchange{{"EVALSHA add 1 k#0 2", pair2(1, 3)}}), reply: num(6)},
+			}, reads(1, 1, 1, 1), []exchange{{"EVALSHA add 1 k#0 2", num(3)}}), reply: num(6)},
 		}},
 		{"refused before Redis", []step{
 			{cmd: "INCRBY k x", reply: errR(rediserr.NotInteger)},
