@@ -2,6 +2,8 @@ package rewrite
 
 import (
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -90,4 +92,32 @@ func TestDeductScriptHeld(t *testing.T) {
 			t.Errorf("loaded %v, want deduct-one only", f.loaded)
 		}
 	})
+}
+
+// TestHeldRecheckClaimedOnce: when a yes grows old, of the deducts that
+// check it at once exactly one is told to ask Redis again; the others
+// trust the yes meanwhile.
+func TestHeldRecheckClaimedOnce(t *testing.T) {
+	e, _, c := testEngine(t, "", 0, nil)
+	at := heldAt{sha: sha(deductOne), node: "fake:6379"}
+	e.markHeld(at, true)
+	for round := range 50 {
+		c.Sleep(recheck)
+		var claims atomic.Int32
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for range 16 {
+			wg.Go(func() {
+				<-start
+				if !e.seenHeld(at) {
+					claims.Add(1)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if n := claims.Load(); n != 1 {
+			t.Fatalf("round %d: %d of 16 checks would ask Redis, want 1", round, n)
+		}
+	}
 }
