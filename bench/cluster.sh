@@ -311,20 +311,9 @@ report=$(
 		echo "Disturbed runs kept (other processes above ${OTHER_MAX}% of the machine's CPU; their numbers are skewed, rerun on a quiet machine):"
 		sed 's/^/- /' "$NOISE"
 	fi
-	if [[ -s $PROBLEMS ]]; then
-		echo
-		echo "Problems:"
-		sed 's/^/- /' "$PROBLEMS"
-	fi
+	bench_problems "$PROBLEMS"
 )
-echo
-echo "$report"
-mkdir -p "$BENCH_DIR/results"
-suffix=""
-if [[ ${BENCH_QUICK:-0} == 1 ]]; then suffix=-quick; fi
-result_file=$BENCH_DIR/results/cluster-$(date +%Y-%m-%d-%H%M%S)$suffix.md
-echo "$report" >"$result_file"
-bench_log "wrote $result_file"
+bench_save_report cluster "$report"
 if grep -qv -e 'hotkeyproxy log:' -e 'stderr:' "$PROBLEMS"; then
 	exit 1
 fi

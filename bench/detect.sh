@@ -115,9 +115,4 @@ report=$(
 	echo "- machine: $(nproc) CPUs, $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo); redis-server, both proxies and redis-benchmark share them"
 	echo "- $(redis-server --version | cut -d' ' -f1-3), $(go version | sed 's/^go version //'), hotkeyproxy $(cd "$BENCH_ROOT" && git rev-parse --short HEAD 2>/dev/null || echo '?')"
 )
-echo
-echo "$report"
-mkdir -p "$BENCH_DIR/results"
-result_file=$BENCH_DIR/results/detect-$(date +%Y-%m-%d-%H%M%S)$(if [[ $QUICK == 1 ]]; then echo -quick; fi).md
-echo "$report" >"$result_file"
-bench_log "wrote $result_file"
+bench_save_report detect "$report"

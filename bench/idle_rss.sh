@@ -133,12 +133,5 @@ report=$(
 	if [[ -n ${IDLE_BASELINE_BIN:-} ]]; then echo "- baseline: $IDLE_BASELINE_BIN"; fi
 	echo "- hotkeyproxy $(git -C "$BENCH_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown), limits.max_clients $((CLIENTS * 2)); redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p'); $(nutcracker -V 2>&1 | head -n 1 | sed 's/^This is //')"
 )
-echo
-echo "$report"
-mkdir -p "$BENCH_DIR/results"
-suffix=""
-if [[ ${BENCH_QUICK:-0} == 1 ]]; then suffix=-quick; fi
-result_file=$BENCH_DIR/results/idle-rss-$(date +%Y-%m-%d-%H%M%S)$suffix.md
-echo "$report" >"$result_file"
-bench_log "wrote $result_file"
+bench_save_report idle-rss "$report"
 exit "$failed"

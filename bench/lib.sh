@@ -573,6 +573,16 @@ bench_save_report() {
 	bench_log "wrote $file"
 }
 
+# bench_problems FILE: a report's "Problems:" section, a line of FILE an
+# item; nothing when FILE is empty.
+bench_problems() {
+	if [[ -s $1 ]]; then
+		echo
+		echo "Problems:"
+		sed 's/^/- /' "$1"
+	fi
+}
+
 # bench_rounds: the measurement, in interleaved rounds: each round runs
 # every target once, starting with a different one each round, so drift
 # and noise hit every target alike. Uses DEPTHS, N1, N16, ROUNDS, TARGETS

@@ -203,20 +203,9 @@ report=$(
 	else
 		echo "- redis-server, the proxies and redis-benchmark share the machine's CPUs"
 	fi
-	if [[ -s $PROBLEMS ]]; then
-		echo
-		echo "Problems:"
-		sed 's/^/- /' "$PROBLEMS"
-	fi
+	bench_problems "$PROBLEMS"
 )
-echo
-echo "$report"
-mkdir -p "$BENCH_DIR/results"
-suffix=""
-if [[ ${BENCH_QUICK:-0} == 1 ]]; then suffix=-quick; fi
-result_file=$BENCH_DIR/results/passthrough-$(date +%Y-%m-%d-%H%M%S)$suffix.md
-echo "$report" >"$result_file"
-bench_log "wrote $result_file"
+bench_save_report passthrough "$report"
 if grep -qv -e 'hotkeyproxy log:' -e 'predixy log:' -e 'stderr:' "$PROBLEMS"; then
 	exit 1
 fi

@@ -293,18 +293,9 @@ report=$(
 	else
 		echo "- the load generator and the proxy are not limited; they share the machine's cores with each other and with the masters"
 	fi
-	if [[ -s $PROBLEMS ]]; then
-		echo
-		echo "Problems:"
-		sed 's/^/- /' "$PROBLEMS"
-	fi
+	bench_problems "$PROBLEMS"
 )
-echo
-echo "$report"
-mkdir -p "$BENCH_DIR/results"
-result_file=$BENCH_DIR/results/scale-$(date +%Y-%m-%d-%H%M%S)$(if [[ $QUICK == 1 ]]; then echo -quick; fi).md
-echo "$report" >"$result_file"
-bench_log "wrote $result_file"
+bench_save_report scale "$report"
 if grep -qv -e 'hotkeyproxy log:' "$PROBLEMS"; then
 	exit 1
 fi

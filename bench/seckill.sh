@@ -178,9 +178,4 @@ report=$(
 		"the masters, the proxy and the load generator share them"
 	echo "- $(redis-server --version | cut -d' ' -f1-3), $(go version | sed 's/^go version //'), hotkeyproxy $(cd "$BENCH_ROOT" && git rev-parse --short HEAD 2>/dev/null || echo '?')"
 )
-echo
-echo "$report"
-mkdir -p "$BENCH_DIR/results"
-result_file=$BENCH_DIR/results/seckill-$(date +%Y-%m-%d-%H%M%S)$(if [[ $QUICK == 1 ]]; then echo -quick; fi).md
-echo "$report" >"$result_file"
-bench_log "wrote $result_file"
+bench_save_report seckill "$report"
