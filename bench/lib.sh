@@ -191,8 +191,7 @@ bench_other_pct() {
 	}'
 }
 
-# CPU quotas by cgroup, to hold a process to a share of one core (so that
-# a 2-core machine can stand in for one machine per Redis master).
+# CPU placement, to give the processes of a benchmark CPUs of their own.
 # bench_cpus LIST: the CPUs of a taskset list ("0,2-3"), one a line.
 bench_cpus() {
 	local part
@@ -200,6 +199,9 @@ bench_cpus() {
 		if [[ $part == *-* ]]; then seq "${part%-*}" "${part#*-}"; else echo "$part"; fi
 	done
 }
+
+# bench_own_cpus: the CPUs this script may run on, one a line.
+bench_own_cpus() { bench_cpus "$(taskset -pc $$ | sed 's/.*: //')"; }
 
 # bench_pin_init LIST: sets the CPUs of LIST (a taskset list) apart for the
 # processes bench_pin moves there, and runs this script, and so all that it
@@ -209,7 +211,7 @@ BENCH_PIN="" BENCH_REST=""
 bench_pin_init() {
 	command -v taskset >/dev/null || bench_die "taskset not found (util-linux)"
 	BENCH_PIN=$1
-	BENCH_REST=$(bench_cpus "$(taskset -pc $$ | sed 's/.*: //')" | grep -vxF -f <(bench_cpus "$1") | paste -sd,)
+	BENCH_REST=$(bench_own_cpus | grep -vxF -f <(bench_cpus "$1") | paste -sd,)
 	[[ -n $BENCH_REST ]] || bench_die "CPUs $1 leave no CPU for the rest"
 	taskset -pc "$BENCH_REST" $$ >/dev/null || bench_die "taskset -pc $BENCH_REST $$ failed"
 }
@@ -221,6 +223,8 @@ bench_pin() {
 	taskset -a -pc "$BENCH_PIN" "$1" >/dev/null || bench_die "taskset -a -pc $BENCH_PIN $1 failed"
 }
 
+# CPU quotas by cgroup, to hold a process to a share of one core (so that
+# a 2-core machine can stand in for one machine per Redis master).
 # bench_cgroup_init finds a writable cpu controller — cgroup v1's cpu
 # hierarchy (cpu.cfs_period_us, cpu.cfs_quota_us) or cgroup v2 with the cpu
 # controller (cpu.max) — and makes a cgroup of its own for this run inside

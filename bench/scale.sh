@@ -71,7 +71,7 @@ fi
 QUOTA_PCT=${SCALE_QUOTA_PCT:-2}
 
 # PIN: the masters' CPUs, by default the last this script may use.
-mapfile -t MINE < <(bench_cpus "$(taskset -pc $$ | sed 's/.*: //')")
+mapfile -t MINE < <(bench_own_cpus)
 PIN=${SCALE_PIN:-none}
 if [[ -z ${SCALE_PIN:-} && ${#MINE[@]} -gt 1 ]]; then PIN=${MINE[-1]}; fi
 STOCK=${SCALE_STOCK:-1000000000}
