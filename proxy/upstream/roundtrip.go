@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"runtime"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
@@ -69,6 +70,10 @@ type RoundTrip struct {
 	reqBytes int
 	ran      []int   // collectRound's: the parts with a slot answered in this round, in order
 	held     []*Conn // sendRound's: the connections whose write side it took
+	// done and left are the DoneCh and round of every batch of a round,
+	// made on first use.
+	done chan struct{}
+	left *atomic.Int32
 }
 
 // NewRoundTrip returns a RoundTrip on c's nodes for the user id, which
@@ -152,7 +157,7 @@ func (r *RoundTrip) firstRoundBatch(n *Node) *nodeBatch {
 	next := slices.IndexFunc(r.batches[r.used:], func(nb *nodeBatch) bool { return nb.node == n })
 	switch {
 	case next < 0 && (r.used == len(r.batches) || len(r.batches) < keptBatches):
-		r.batches = append(r.batches, &nodeBatch{Batch: Batch{DoneCh: make(chan struct{}, 1)}})
+		r.batches = append(r.batches, &nodeBatch{})
 		next = len(r.batches) - 1 - r.used
 	case next < 0:
 		next = 0
@@ -183,10 +188,16 @@ func (r *RoundTrip) Reset() {
 	r.parts, r.used, r.reqBytes = r.parts[:0], 0, 0
 }
 
-// sendRound sends every batch of a round at once and waits for them all.
+// sendRound sends every batch of a round at once and waits for them all,
+// woken once, by the last.
 func (r *RoundTrip) sendRound(round []*nodeBatch) {
+	if r.done == nil {
+		r.done, r.left = make(chan struct{}, 1), new(atomic.Int32)
+	}
+	r.left.Store(int32(len(round)))
 	for _, nb := range round {
 		nb.Out, nb.Ends, nb.Done, nb.OKLen, nb.Err = nb.Out[:0], nb.Ends[:0], 0, 0, nil
+		nb.DoneCh, nb.round = r.done, r.left
 		if nb.Ends == nil {
 			nb.Ends = make([]int, 0, nb.N)
 		}
@@ -206,11 +217,9 @@ func (r *RoundTrip) sendRound(round []*nodeBatch) {
 		clear(r.held)
 		r.held = r.held[:0]
 	}
-	for _, nb := range round {
-		<-nb.DoneCh
-		if nb.Err != nil {
-			r.c.Refresh()
-		}
+	<-r.done
+	if slices.ContainsFunc(round, func(nb *nodeBatch) bool { return nb.Err != nil }) {
+		r.c.Refresh()
 	}
 }
 
@@ -282,7 +291,7 @@ func (r *RoundTrip) collectRound() []*nodeBatch {
 			}
 		}
 		if rb == nil {
-			rb = &nodeBatch{node: rt.target, Batch: Batch{DoneCh: make(chan struct{}, 1)}}
+			rb = &nodeBatch{node: rt.target}
 			next = append(next, rb)
 		}
 		if rt.first != nil {

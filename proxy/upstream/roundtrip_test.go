@@ -394,3 +394,44 @@ func TestRoundTripFollower(t *testing.T) {
 		}
 	}
 }
+
+// TestRoundTripWaitsForEveryNode: a run over several nodes returns once
+// every node has answered or failed, the slowest too, and each request has
+// its own node's reply; run after run on one RoundTrip, so that what ends
+// one run never ends the next early.
+func TestRoundTripWaitsForEveryNode(t *testing.T) {
+	fast := redistest.StartBackend(t, redistest.BackendOptions{})
+	slow := redistest.StartBackend(t, redistest.BackendOptions{Delay: 10 * time.Millisecond})
+	addrs := []string{fast.Addr(), slow.Addr(), "127.0.0.1:1"}
+	c := testCluster(t)
+	var slots [hashslot.Count]*Node
+	for s := range slots {
+		slots[s] = c.Node(addrs[s*len(addrs)/hashslot.Count])
+	}
+	c.topo.Store(NewTopology(&slots))
+	c.keys.Store(&keyspec.Table{})
+	r := NewRoundTrip(c, 0)
+	for run := range 20 {
+		var want []string
+		for i := range 12 {
+			key := fmt.Sprintf("key:%d:%d", run, i)
+			slot := int(hashslot.Of([]byte(key)))
+			r.Queue(slots[slot], slot, nil, [][]byte{[]byte("GET"), []byte(key)})
+			if slots[slot].Addr == addrs[2] {
+				want = append(want, "-ERR upstream unavailable")
+			} else {
+				want = append(want, fmt.Sprintf("$%d\r\n%s\r\n", len(key), key))
+			}
+		}
+		r.Run()
+		for i, w := range want {
+			if got := string(r.Reply(i)); !strings.HasPrefix(got, w) {
+				t.Fatalf("run %d: reply %d %q, want %q", run, i, got, w)
+			}
+		}
+		r.Reset()
+	}
+	if fast.Served() == 0 || slow.Served() == 0 {
+		t.Errorf("served %d and %d: the keys missed a node", fast.Served(), slow.Served())
+	}
+}
