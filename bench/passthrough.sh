@@ -19,6 +19,10 @@
 #   PREDIXY               a predixy binary: adds predixy (one worker thread,
 #                         a standalone server pool of the same Redis) to
 #                         every round; not installed by anything here
+#   BENCH_FLOOR=1         adds floorrelay (bench/floorrelay: one goroutine
+#                         on a level-triggered epoll, framing only, no
+#                         proxy): the least CPU per request a Go relay
+#                         spends here, to read the others' figures against
 #   BENCH_PROXY_CPUS      CPUs (a taskset list, e.g. 0) the proxies run on,
 #                         apart from Redis and redis-benchmark, which run on
 #                         the others: each proxy has them to itself, as on a
@@ -46,6 +50,7 @@ KEYSPACE=100000
 DEPTHS=(1 16)
 TARGETS=(direct hotkeyproxy hotkeyproxy-1p twemproxy)
 if [[ -n ${PREDIXY:-} ]]; then TARGETS+=(predixy); fi
+if [[ ${BENCH_FLOOR:-0} == 1 ]]; then TARGETS+=(floorrelay); fi
 
 for tool in go redis-server redis-benchmark redis-cli nutcracker ss timeout; do
 	command -v "$tool" >/dev/null || bench_die "$tool not found"
@@ -70,6 +75,16 @@ if [[ -n ${PREDIXY:-} ]]; then
 	PORT[predixy]=$PREDIXY_PORT PID[predixy]=$PREDIXY_PID
 	PREDIXY_VERSION=$(redis-cli -h 127.0.0.1 -p "$PREDIXY_PORT" info server 2>/dev/null | tr -d '\r' |
 		sed -n 's/^Version:\(.*\)/\1/p' | head -n 1)
+fi
+if [[ ${BENCH_FLOOR:-0} == 1 ]]; then
+	FLOOR_BIN=$BENCH_TMP/floorrelay
+	(cd "$BENCH_ROOT" && go build -o "$FLOOR_BIN" ./bench/floorrelay) || bench_die "building floorrelay failed"
+	FLOOR_PORT=$(bench_free_port)
+	"$FLOOR_BIN" -listen "127.0.0.1:$FLOOR_PORT" -upstream "127.0.0.1:$REDIS_PORT" >"$BENCH_TMP/floorrelay.log" 2>&1 &
+	PORT[floorrelay]=$FLOOR_PORT PID[floorrelay]=$!
+	bench_track floorrelay "$BENCH_TMP/floorrelay.log" "${PID[floorrelay]}"
+	bench_wait_ping "$FLOOR_PORT" "${PID[floorrelay]}" floorrelay
+	if [[ -n $BENCH_PIN ]]; then bench_pin "${PID[floorrelay]}"; fi
 fi
 CLK_TCK=$(getconf CLK_TCK)
 bench_log "redis-server :$REDIS_PORT, hotkeyproxy :$PROXY_PORT (GOMAXPROCS=1: :$PROXY1_PORT), nutcracker :$TWEM_PORT${PREDIXY:+, predixy :${PORT[predixy]}}"
@@ -197,6 +212,9 @@ report=$(
 	echo "- twemproxy: redis: true, one server, server_connections ${BENCH_TWEM_CONNS:-1}, preconnect, auto_eject_hosts false, no timeout"
 	if [[ -n ${PREDIXY:-} ]]; then
 		echo "- predixy ${PREDIXY_VERSION:-?} ($PREDIXY): WorkerThreads 1, a StandaloneServerPool with one server (RefreshMethod fixed), no client or server timeout"
+	fi
+	if [[ ${BENCH_FLOOR:-0} == 1 ]]; then
+		echo "- floorrelay: bench/floorrelay, one goroutine on a level-triggered epoll over the clients and one Redis connection, RESP framing only; no proxy, the floor of a relay in Go"
 	fi
 	if [[ -n $BENCH_PIN ]]; then
 		echo "- the proxies run on CPU $BENCH_PIN (hotkeyproxy's GOMAXPROCS: $(bench_cpus "$BENCH_PIN" | wc -l), as Go sets it from the CPUs it may use), redis-server and redis-benchmark on CPU $BENCH_REST"
