@@ -264,9 +264,9 @@ table=$(awk -F'\t' '
 			if (!(k in rps)) continue
 			d = depths[i] SUBSEP tests[j] SUBSEP "direct"
 			ratio = (d in rps) ? sprintf("%.2f", median(rps[k]) / median(rps[d])) : "–"
-			pc = targets[g] == "direct" ? "–" : sprintf("%.1f", median(pcpu[k]))
+			pc = targets[g] == "direct" ? "–" : sprintf("%.2f", median(pcpu[k]))
 			h = tests[j] == "GET" ? sprintf("%.0f%%", median(hit[k])) : "–"
-			printf "| %s | %s | %s | %.0f | %.3f | %.3f | %s | %.0f–%.0f (%d) | %s | %.1f | %.1f | %s | %.0f |\n", depths[i], tests[j], targets[g],
+			printf "| %s | %s | %s | %.0f | %.3f | %.3f | %s | %.0f–%.0f (%d) | %s | %.2f | %.2f | %s | %.0f |\n", depths[i], tests[j], targets[g],
 				median(rps[k]), median(p50[k]), median(p99[k]), ratio, lo(rps[k]), hi(rps[k]), runs[k], pc, median(rcpu[k]),
 				median(ccpu[k]), h, hi(other[k])
 		}

@@ -191,7 +191,7 @@ table=$(awk -F'\t' -v targets_list="${TARGETS[*]}" '
 			if (!(k in rps)) continue
 			d = depths[i] SUBSEP tests[j] SUBSEP "direct"
 			ratio = (d in rps) ? sprintf("%.2f", median(rps[k]) / median(rps[d])) : "–"
-			printf "| %s | %s | %s | %.0f | %.3f | %.3f | %s | %.0f–%.0f (%d) | %.1f |\n", depths[i], tests[j], targets[g],
+			printf "| %s | %s | %s | %.0f | %.3f | %.3f | %s | %.0f–%.0f (%d) | %.2f |\n", depths[i], tests[j], targets[g],
 				median(rps[k]), median(p50[k]), median(p99[k]), ratio, lo(rps[k]), hi(rps[k]), runs[k], median(cpu[k])
 		}
 	}' "$RAW")
