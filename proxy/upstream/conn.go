@@ -71,10 +71,6 @@ type Batch struct {
 	// connection failed. It must have a buffer of 1, so the reader never
 	// waits on the sender.
 	DoneCh chan struct{}
-	// round, for the batches a RoundTrip sends at once to several nodes,
-	// which share DoneCh, counts those not yet complete: only the last
-	// signals, so that the sender wakes once, not once a node.
-	round *atomic.Int32
 
 	// Held: a request in it is one a CLIENT PAUSE WRITE holds (it writes or
 	// may replicate, as Redis's command flags say), so during such a pause
@@ -102,15 +98,6 @@ func (b *Batch) refuse(e RedisError) {
 		if b.Ends != nil {
 			b.Ends = append(b.Ends, b.OKLen)
 		}
-	}
-	b.complete()
-}
-
-// complete signals DoneCh that b is complete or failed, unless it is of a
-// round that has other batches still waiting for replies.
-func (b *Batch) complete() {
-	if b.round != nil && b.round.Add(-1) > 0 {
-		return
 	}
 	b.DoneCh <- struct{}{}
 }
@@ -228,7 +215,7 @@ func (c *Conn) queue(b *Batch) (held, ok bool) {
 		err := c.err
 		c.mu.Unlock()
 		b.Err = err
-		b.complete()
+		b.DoneCh <- struct{}{}
 		return false, true
 	case c.writing:
 		c.pending = append(c.pending, b)
@@ -340,7 +327,7 @@ func (c *Conn) retire(err error) {
 	c.nc.Close()
 	for _, b := range pending {
 		b.Err = err
-		b.complete()
+		b.DoneCh <- struct{}{}
 	}
 }
 
@@ -422,7 +409,7 @@ func (c *Conn) readLoop() {
 		if b.timed {
 			c.m.Seconds.Observe((monoNow() - b.wrote).Seconds())
 		}
-		b.complete()
+		b.DoneCh <- struct{}{}
 	}
 }
 
@@ -496,7 +483,7 @@ func (c *Conn) failInflight() {
 	c.mu.Unlock()
 	for _, b := range inflight {
 		b.Err = err
-		b.complete()
+		b.DoneCh <- struct{}{}
 	}
 }
 

@@ -117,7 +117,7 @@ func (p *Pool) sendHeld(k Key, b *Batch) {
 		c, err := p.heldConn(k)
 		if err != nil {
 			b.Err = err
-			b.complete()
+			b.DoneCh <- struct{}{}
 			return
 		}
 		sent := c.Send(b)

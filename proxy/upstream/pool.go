@@ -365,7 +365,7 @@ func (p *Pool) queue(conn **Conn, k Key, id uint64, b *Batch) *Conn {
 			if c, err = p.Get(k, id); err != nil {
 				*conn = nil
 				b.Err = err
-				b.complete()
+				b.DoneCh <- struct{}{}
 				return nil
 			}
 			*conn = c

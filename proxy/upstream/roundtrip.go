@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"runtime"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
@@ -70,10 +69,6 @@ type RoundTrip struct {
 	reqBytes int
 	ran      []int   // collectRound's: the parts with a slot answered in this round, in order
 	held     []*Conn // sendRound's: the connections whose write side it took
-	// done and left are the DoneCh and round of every batch of a round,
-	// made on first use.
-	done chan struct{}
-	left *atomic.Int32
 }
 
 // NewRoundTrip returns a RoundTrip on c's nodes for the user id, which
@@ -157,7 +152,7 @@ func (r *RoundTrip) firstRoundBatch(n *Node) *nodeBatch {
 	next := slices.IndexFunc(r.batches[r.used:], func(nb *nodeBatch) bool { return nb.node == n })
 	switch {
 	case next < 0 && (r.used == len(r.batches) || len(r.batches) < keptBatches):
-		r.batches = append(r.batches, &nodeBatch{})
+		r.batches = append(r.batches, &nodeBatch{Batch: Batch{DoneCh: make(chan struct{}, 1)}})
 		next = len(r.batches) - 1 - r.used
 	case next < 0:
 		next = 0
@@ -188,16 +183,10 @@ func (r *RoundTrip) Reset() {
 	r.parts, r.used, r.reqBytes = r.parts[:0], 0, 0
 }
 
-// sendRound sends every batch of a round at once and waits for them all,
-// woken once, by the last.
+// sendRound sends every batch of a round at once and waits for them all.
 func (r *RoundTrip) sendRound(round []*nodeBatch) {
-	if r.done == nil {
-		r.done, r.left = make(chan struct{}, 1), new(atomic.Int32)
-	}
-	r.left.Store(int32(len(round)))
 	for _, nb := range round {
 		nb.Out, nb.Ends, nb.Done, nb.OKLen, nb.Err = nb.Out[:0], nb.Ends[:0], 0, 0, nil
-		nb.DoneCh, nb.round = r.done, r.left
 		if nb.Ends == nil {
 			nb.Ends = make([]int, 0, nb.N)
 		}
@@ -217,9 +206,11 @@ func (r *RoundTrip) sendRound(round []*nodeBatch) {
 		clear(r.held)
 		r.held = r.held[:0]
 	}
-	<-r.done
-	if slices.ContainsFunc(round, func(nb *nodeBatch) bool { return nb.Err != nil }) {
-		r.c.Refresh()
+	for _, nb := range round {
+		<-nb.DoneCh
+		if nb.Err != nil {
+			r.c.Refresh()
+		}
 	}
 }
 
@@ -291,7 +282,7 @@ func (r *RoundTrip) collectRound() []*nodeBatch {
 			}
 		}
 		if rb == nil {
-			rb = &nodeBatch{node: rt.target}
+			rb = &nodeBatch{node: rt.target, Batch: Batch{DoneCh: make(chan struct{}, 1)}}
 			next = append(next, rb)
 		}
 		if rt.first != nil {
