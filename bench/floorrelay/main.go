@@ -1,19 +1,23 @@
 // Command floorrelay is the least a relay written in Go does per request:
-// one goroutine waits on a level-triggered epoll over every client and one
-// connection to Redis, reads what is ready, writes each client's requests
-// upstream in one write per wakeup and each client's replies back in one
-// write, matching replies to clients in FIFO order. It parses nothing but
-// RESP framing, keeps no per-client state, and handles nothing a proxy must
-// (SELECT, MULTI, blocking commands, errors of Redis's connection): it is
-// no proxy, only the floor bench/passthrough.sh measures hotkeyproxy
-// against, the CPU a Go program cannot go below on the same machine with
-// the same Redis, clients and syscalls.
+// one goroutine waits, through Go's poller, on a level-triggered epoll of
+// its own over every client and one connection to Redis; it reads each
+// socket epoll reports ready once, writes all clients' requests upstream
+// in one write per wakeup and each client's replies back in one write, and
+// matches replies to clients in FIFO order. It parses nothing but RESP
+// framing and holds no session state (no db, no transaction, no protocol
+// version): it is no proxy, only the floor that bench/passthrough.sh sets
+// beside hotkeyproxy, twemproxy and predixy, the CPU a relay in Go spends
+// on the same machine, Redis, clients and system calls with none of a
+// proxy's work.
 //
 //	floorrelay -listen 127.0.0.1:7000 -upstream 127.0.0.1:6379
 //
-// Clients must send multibulk commands (as redis-benchmark does). A write
-// the socket does not take whole is retried at once, which is enough on
-// loopback and would not be in production.
+// Both addresses are IPv4. Clients must send RESP2 commands, multibulk or
+// inline, and no blank line (which Redis skips unanswered); nothing that
+// makes Redis send what was not asked for (SUBSCRIBE, MONITOR, HELLO 3
+// with CLIENT TRACKING). A write the socket does not take whole is retried
+// at once, so one client that stops reading its replies stalls every
+// other: redis-benchmark reads them, and this is a benchmark's relay.
 package main
 
 import (
@@ -27,8 +31,8 @@ import (
 )
 
 func main() {
-	listen := flag.String("listen", "127.0.0.1:7000", "host:port to listen on")
-	up := flag.String("upstream", "127.0.0.1:6379", "host:port of Redis")
+	listen := flag.String("listen", "127.0.0.1:7000", "host:port to listen on (IPv4)")
+	up := flag.String("upstream", "127.0.0.1:6379", "host:port of Redis (IPv4)")
 	flag.Parse()
 	r, err := newRelay(*listen, *up)
 	if err != nil {
@@ -52,23 +56,28 @@ type client struct {
 
 type relay struct {
 	ep, lfd, ufd int
-	clients      map[int]*client
-	waiting      []*client // the client of each request in flight, in order; nil: gone
-	upIn, upOut  []byte
-	ready        []*client // clients with replies to write
-	buf          []byte
+	clients      []*client // by fd
+	// waiting holds the client of each request in flight, in order, from
+	// head on; nil for a client gone since.
+	waiting     []*client
+	head        int
+	upIn, upOut []byte
+	ready       []*client // clients with replies to write
+	buf         []byte
+	events      []syscall.EpollEvent
+	err         error // why run ends
 }
 
 func newRelay(listen, upstream string) (*relay, error) {
 	la, err := netip.ParseAddrPort(listen)
-	if err != nil {
-		return nil, err
+	if err != nil || !la.Addr().Is4() {
+		return nil, fmt.Errorf("-listen %q: want an IPv4 host:port", listen)
 	}
 	ua, err := netip.ParseAddrPort(upstream)
-	if err != nil {
-		return nil, err
+	if err != nil || !ua.Addr().Is4() {
+		return nil, fmt.Errorf("-upstream %q: want an IPv4 host:port", upstream)
 	}
-	r := &relay{clients: make(map[int]*client), buf: make([]byte, 64<<10)}
+	r := &relay{buf: make([]byte, 64<<10), events: make([]syscall.EpollEvent, 256)}
 	if r.lfd, err = syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0); err != nil {
 		return nil, err
 	}
@@ -102,58 +111,84 @@ func (r *relay) watch(fd int) error {
 	return syscall.EpollCtl(r.ep, syscall.EPOLL_CTL_ADD, fd, &syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(fd)})
 }
 
-// run serves until Redis closes its connection.
+// run serves until Redis closes its connection. It waits in Go's poller,
+// on the epoll's own descriptor, rather than in a blocking epoll_wait:
+// a goroutine blocked in a system call holds its P, which sysmon then
+// takes back and hands to another thread, waking itself every 20 µs.
 func (r *relay) run() error {
-	events := make([]syscall.EpollEvent, 256)
-	for {
-		n, err := syscall.EpollWait(r.ep, events, -1)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
+	syscall.SetNonblock(r.ep, true)
+	ep := os.NewFile(uintptr(r.ep), "epoll") // a non-blocking descriptor: Go's poller watches it
+	rc, err := ep.SyscallConn()
+	if err != nil {
+		return err
+	}
+	for r.err == nil {
+		if err := rc.Read(r.step); err != nil {
 			return err
 		}
-		for _, ev := range events[:n] {
-			switch fd := int(ev.Fd); fd {
-			case r.lfd:
-				r.accept()
-			case r.ufd:
-				if err := r.readUpstream(); err != nil {
-					return err
-				}
-			default:
-				r.readClient(r.clients[fd])
-			}
-		}
-		if len(r.upOut) > 0 {
-			if err := writeAll(r.ufd, r.upOut); err != nil {
-				return fmt.Errorf("writing to Redis: %w", err)
-			}
-			r.upOut = r.upOut[:0]
-		}
-		for _, c := range r.ready {
-			if c.fd >= 0 && writeAll(c.fd, c.out) != nil {
-				r.drop(c)
-			}
-			c.out, c.queued = c.out[:0], false
-		}
-		clear(r.ready)
-		r.ready = r.ready[:0]
 	}
+	return r.err
+}
+
+// step handles what the epoll reports ready now; false (wait) when
+// nothing is.
+func (r *relay) step(uintptr) bool {
+	n, err := syscall.EpollWait(r.ep, r.events, 0)
+	switch {
+	case err == syscall.EINTR:
+		return true
+	case err != nil:
+		r.err = err
+		return true
+	case n == 0:
+		return false
+	}
+	for _, ev := range r.events[:n] {
+		switch fd := int(ev.Fd); fd {
+		case r.lfd:
+			r.accept()
+		case r.ufd:
+			if err := r.readUpstream(); err != nil {
+				r.err = err
+				return true
+			}
+		default:
+			r.readClient(r.clients[fd])
+		}
+	}
+	if len(r.upOut) > 0 {
+		if err := writeAll(r.ufd, r.upOut); err != nil {
+			r.err = fmt.Errorf("writing to Redis: %w", err)
+			return true
+		}
+		r.upOut = r.upOut[:0]
+	}
+	for _, c := range r.ready {
+		if c.fd >= 0 && writeAll(c.fd, c.out) != nil {
+			r.drop(c)
+		}
+		c.out, c.queued = c.out[:0], false
+	}
+	clear(r.ready)
+	r.ready = r.ready[:0]
+	return true
 }
 
 func (r *relay) accept() {
 	for {
 		fd, _, err := syscall.Accept4(r.lfd, syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC)
 		if err != nil {
-			return
+			return // EAGAIN; or EMFILE, tried again on the next wakeup
 		}
 		syscall.SetsockoptInt(fd, syscall.IPPROTO_TCP, syscall.TCP_NODELAY, 1)
-		r.clients[fd] = &client{fd: fd}
 		if r.watch(fd) != nil {
 			syscall.Close(fd)
-			delete(r.clients, fd)
+			continue
 		}
+		for len(r.clients) <= fd {
+			r.clients = append(r.clients, nil)
+		}
+		r.clients[fd] = &client{fd: fd}
 	}
 }
 
@@ -170,18 +205,22 @@ func (r *relay) readClient(c *client) {
 		r.drop(c)
 		return
 	}
-	c.in = append(c.in, r.buf[:n]...)
+	in := r.buf[:n]
+	if len(c.in) > 0 {
+		c.in = append(c.in, in...)
+		in = c.in
+	}
 	off := 0
 	for {
-		m := frameLen(c.in[off:])
+		m := frameLen(in[off:])
 		if m == 0 {
 			break
 		}
-		r.upOut = append(r.upOut, c.in[off:off+m]...)
-		r.waiting = append(r.waiting, c)
 		off += m
+		r.waiting = append(r.waiting, c)
 	}
-	c.in = append(c.in[:0], c.in[off:]...)
+	r.upOut = append(r.upOut, in[:off]...)
+	c.in = append(c.in[:0], in[off:]...)
 }
 
 // readUpstream hands each whole reply to the client of the oldest request.
@@ -190,27 +229,39 @@ func (r *relay) readUpstream() error {
 	if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EINTR) {
 		return nil
 	}
-	if n <= 0 {
-		return fmt.Errorf("Redis closed the connection (%v)", err)
+	if n == 0 {
+		return errors.New("Redis closed the connection")
 	}
-	r.upIn = append(r.upIn, r.buf[:n]...)
+	if n < 0 {
+		return fmt.Errorf("reading from Redis: %w", err)
+	}
+	in := r.buf[:n]
+	if len(r.upIn) > 0 {
+		r.upIn = append(r.upIn, in...)
+		in = r.upIn
+	}
 	off := 0
-	for len(r.waiting) > 0 {
-		m := frameLen(r.upIn[off:])
+	for r.head < len(r.waiting) {
+		m := frameLen(in[off:])
 		if m == 0 {
 			break
 		}
-		if c := r.waiting[0]; c != nil {
-			c.out = append(c.out, r.upIn[off:off+m]...)
+		if c := r.waiting[r.head]; c != nil {
+			c.out = append(c.out, in[off:off+m]...)
 			if !c.queued {
 				c.queued = true
 				r.ready = append(r.ready, c)
 			}
 		}
-		r.waiting = r.waiting[1:]
+		r.waiting[r.head] = nil
+		r.head++
 		off += m
 	}
-	r.upIn = append(r.upIn[:0], r.upIn[off:]...)
+	r.upIn = append(r.upIn[:0], in[off:]...)
+	if r.head > len(r.waiting)/2 { // keep what is in flight at the front
+		r.waiting = r.waiting[:copy(r.waiting, r.waiting[r.head:])]
+		r.head = 0
+	}
 	return nil
 }
 
@@ -218,10 +269,10 @@ func (r *relay) readUpstream() error {
 func (r *relay) drop(c *client) {
 	syscall.EpollCtl(r.ep, syscall.EPOLL_CTL_DEL, c.fd, nil)
 	syscall.Close(c.fd)
-	delete(r.clients, c.fd)
+	r.clients[c.fd] = nil
 	c.fd = -1 // a client accepted since may have the number
-	for i, w := range r.waiting {
-		if w == c {
+	for i := r.head; i < len(r.waiting); i++ {
+		if r.waiting[i] == c {
 			r.waiting[i] = nil
 		}
 	}
@@ -241,7 +292,7 @@ func writeAll(fd int, b []byte) error {
 }
 
 // frameLen is the length of the whole RESP2 frame at the start of b, or 0
-// while it is incomplete.
+// while it is incomplete. An inline command is a frame to its line's end.
 func frameLen(b []byte) int {
 	eol := bytes.Index(b, []byte("\r\n"))
 	if eol < 1 {
@@ -268,7 +319,7 @@ func frameLen(b []byte) int {
 			off += m
 		}
 		return off
-	default: // + - :
+	default: // + - : and inline commands
 		return eol + 2
 	}
 }
