@@ -2,8 +2,8 @@
 # Pass-through overhead: redis-benchmark SET/GET against Redis directly,
 # through hotkeyproxy (as configured by default, and the same with
 # GOMAXPROCS=1: hotkeyproxy-1p) and through twemproxy (nutcracker), and through
-# predixy when a build of it is given, all on one Redis in one run, at
-# pipeline depths 1 and 16.
+# predixy when a build of it is given and the Go floor (floorrelay) when
+# asked, all on one Redis in one run, at pipeline depths 1 and 16.
 #
 #   bench/passthrough.sh                 full run (a few minutes)
 #   BENCH_QUICK=1 bench/passthrough.sh   smoke run (well under a minute)
@@ -87,7 +87,7 @@ if [[ ${BENCH_FLOOR:-0} == 1 ]]; then
 	if [[ -n $BENCH_PIN ]]; then bench_pin "${PID[floorrelay]}"; fi
 fi
 CLK_TCK=$(getconf CLK_TCK)
-bench_log "redis-server :$REDIS_PORT, hotkeyproxy :$PROXY_PORT (GOMAXPROCS=1: :$PROXY1_PORT), nutcracker :$TWEM_PORT${PREDIXY:+, predixy :${PORT[predixy]}}"
+bench_log "redis-server :$REDIS_PORT, hotkeyproxy :$PROXY_PORT (GOMAXPROCS=1: :$PROXY1_PORT), nutcracker :$TWEM_PORT${PREDIXY:+, predixy :${PORT[predixy]}}${FLOOR_PORT:+, floorrelay :$FLOOR_PORT}"
 
 # Sanity: a value written through each proxy reads back directly.
 for t in "${TARGETS[@]:1}"; do
