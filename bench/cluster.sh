@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Cluster pass-through: redis-benchmark SET/GET against a Redis Cluster of 3
 # masters, once as a cluster client itself (redis-benchmark --cluster) and
-# once through hotkeyproxy in cluster mode (upstream.mode: cluster) in front
-# of the same cluster, in one run, at pipeline depths 1 and 16.
+# through hotkeyproxy in cluster mode (upstream.mode: cluster) in front of
+# the same cluster, as configured by default and the same with GOMAXPROCS=1
+# (hotkeyproxy-1p), in one run, at pipeline depths 1 and 16.
 #
 #   bench/cluster.sh                 full run (3-4 minutes on a quiet machine,
 #                                    longer when disturbed runs are retried)
@@ -11,7 +12,7 @@
 # Environment (as in passthrough.sh, plus BENCH_MASTERS and BENCH_THREADS):
 #   BENCH_N1, BENCH_N16   requests per test at depth 1 / 16
 #                         (default 200000 / 1000000; quick 20000 / 100000)
-#   BENCH_ROUNDS          rounds of (direct, hotkeyproxy) per depth; medians
+#   BENCH_ROUNDS          rounds of (direct and each proxy) per depth; medians
 #                         are reported (default 3; quick 1)
 #   BENCH_CLIENTS         redis-benchmark -c (default 50)
 #   BENCH_THREADS         redis-benchmark --threads, the same on both sides
@@ -40,7 +41,9 @@
 #                command to its slot's master over its shared upstream
 #                connections (upstream.conns_per_node, default 2 per master)
 #                and returns the replies in order, so a 16-command pipeline
-#                is split over the masters and merged back.
+#                is split over the masters and merged back. hotkeyproxy-1p
+#                is the same with GOMAXPROCS=1: one scheduler thread, which on
+#                cores shared with the masters and the client costs less.
 #
 # Every process it starts listens on 127.0.0.1 on a free port and is
 # stopped when the script exits. The table is printed and written to
@@ -62,7 +65,7 @@ MASTERS=${BENCH_MASTERS:-3}
 RUN_TIMEOUT=${BENCH_TIMEOUT:-300}
 KEYSPACE=100000
 DEPTHS=(1 16)
-TARGETS=(direct hotkeyproxy)
+TARGETS=(direct hotkeyproxy hotkeyproxy-1p)
 
 for tool in go redis-server redis-benchmark redis-cli ss timeout; do
 	command -v "$tool" >/dev/null || bench_die "$tool not found"
@@ -71,15 +74,20 @@ done
 bench_init
 bench_build_proxy
 bench_start_cluster "$MASTERS"
+PROXY_NAME=hotkeyproxy-1p GOMAXPROCS=1 bench_start_proxy "$CLUSTER_SEEDS" 'upstream: {mode: cluster}'
+PROXY1_PORT=$PROXY_PORT PROXY1_PID=$PROXY_PID
 bench_start_proxy "$CLUSTER_SEEDS" 'upstream: {mode: cluster}'
 CLK_TCK=$(getconf CLK_TCK)
-bench_log "cluster $CLUSTER_SEEDS, hotkeyproxy :$PROXY_PORT"
+bench_log "cluster $CLUSTER_SEEDS, hotkeyproxy :$PROXY_PORT (GOMAXPROCS=1: :$PROXY1_PORT)"
 
-# How each target is reached.
+# How each target is reached, and the proxy whose CPU its runs count (for
+# direct, the default one, idle).
 declare -A ARGS=(
 	[direct]="--cluster -h 127.0.0.1 -p ${CLUSTER_PORTS[0]}"
 	[hotkeyproxy]="-h 127.0.0.1 -p $PROXY_PORT"
+	[hotkeyproxy-1p]="-h 127.0.0.1 -p $PROXY1_PORT"
 )
+declare -A PROXY_OF=([direct]=$PROXY_PID [hotkeyproxy]=$PROXY_PID [hotkeyproxy-1p]=$PROXY1_PID)
 
 # Sanity: a value written through the proxy reads back from the cluster
 # (redis-cli -c follows redirections), and the other way round, for 3 keys
@@ -91,6 +99,8 @@ for ((i = 0; i < 3 * MASTERS; i++)); do
 	redis-cli -c -h 127.0.0.1 -p "${CLUSTER_PORTS[0]}" set "bench:sanity:$i" "direct-$i" >/dev/null
 	got=$(redis-cli -h 127.0.0.1 -p "$PROXY_PORT" get "bench:sanity:$i")
 	[[ $got == "direct-$i" ]] || bench_die "hotkeyproxy: bench:sanity:$i is direct-$i in the cluster, the proxy says '$got'"
+	got=$(redis-cli -h 127.0.0.1 -p "$PROXY1_PORT" get "bench:sanity:$i")
+	[[ $got == "direct-$i" ]] || bench_die "hotkeyproxy-1p: bench:sanity:$i is direct-$i in the cluster, the proxy says '$got'"
 done
 
 RAW=$BENCH_TMP/raw.tsv # depth test target round rps p50 p99 proxy_us redis_us hit% client_us other%
@@ -123,10 +133,11 @@ cluster_stat() {
 bench_run_once() {
 	local t=$1 depth=$2 n=$3 round=$4
 	local out=$BENCH_TMP/rb-$t-P$depth-r$round.csv err=$BENCH_TMP/rb-$t-P$depth-r$round.err rc=0
-	local start=$SECONDS pcpu0 rcpu0 pcpu rcpu hits0 miss0 errs0 hit errs busy0 ns0 ccpu other
+	local start=$SECONDS pcpu0 rcpu0 pcpu rcpu hits0 miss0 errs0 hit errs busy0 ns0 ccpu other both0
+	local proxy=${PROXY_OF[$t]}
 	local tf=$BENCH_TMP/rb-$t-P$depth-r$round.time
 	hits0=$(cluster_stat keyspace_hits) miss0=$(cluster_stat keyspace_misses) errs0=$(cluster_stat total_error_replies)
-	pcpu0=$(bench_cpu_ticks "$PROXY_PID")
+	pcpu0=$(bench_cpu_ticks "$proxy") both0=$(bench_cpu_ticks "$PROXY_PID" "$PROXY1_PID")
 	rcpu0=$(bench_cpu_ticks "${CLUSTER_PIDS[@]}")
 	busy0=$(bench_busy_ticks) ns0=$(date +%s%N)
 	# The time keyword reports redis-benchmark's own CPU time (user, system).
@@ -137,7 +148,7 @@ bench_run_once() {
 	# nor redis-benchmark used, as a share of all CPUs' time: other
 	# processes on the machine, which skew the numbers.
 	other=$(awk -v b0="$busy0" -v b1="$(bench_busy_ticks)" -v ns0="$ns0" -v ns1="$(date +%s%N)" -v hz="$CLK_TCK" \
-		-v p0="$pcpu0" -v p1="$(bench_cpu_ticks "$PROXY_PID")" -v r0="$rcpu0" -v r1="$(bench_cpu_ticks "${CLUSTER_PIDS[@]}")" \
+		-v p0="$both0" -v p1="$(bench_cpu_ticks "$PROXY_PID" "$PROXY1_PID")" -v r0="$rcpu0" -v r1="$(bench_cpu_ticks "${CLUSTER_PIDS[@]}")" \
 		-v cpus="$NCPU" -v tf="$(cat "$tf")" 'BEGIN {
 			split(tf, c, " "); mine = (p1 - p0) + (r1 - r0) + (c[1] + c[2]) * hz
 			o = 100 * ((b1 - b0) - mine) / ((ns1 - ns0) / 1e9 * hz * cpus)
@@ -146,7 +157,7 @@ bench_run_once() {
 	ccpu=$(awk -v tf="$(cat "$tf")" -v n="$n" 'BEGIN {split(tf, c, " "); printf "%.2f", (c[1] + c[2]) * 1e6 / (2 * n)}')
 	# CPU time per request, SET and GET runs together, of the proxy (what
 	# it spends when idle, for direct) and of all the masters together.
-	pcpu=$(awk -v a="$pcpu0" -v b="$(bench_cpu_ticks "$PROXY_PID")" -v hz="$CLK_TCK" -v n="$n" \
+	pcpu=$(awk -v a="$pcpu0" -v b="$(bench_cpu_ticks "$proxy")" -v hz="$CLK_TCK" -v n="$n" \
 		'BEGIN {printf "%.2f", (b - a) * 1e6 / hz / (2 * n)}')
 	rcpu=$(awk -v a="$rcpu0" -v b="$(bench_cpu_ticks "${CLUSTER_PIDS[@]}")" -v hz="$CLK_TCK" -v n="$n" \
 		'BEGIN {printf "%.2f", (b - a) * 1e6 / hz / (2 * n)}')
@@ -172,6 +183,7 @@ bench_run_once() {
 			print d "\t" $1 "\t" t "\t" r "\t" $2 "\t" $5 "\t" $7 "\t" pc "\t" rc "\t" ($1 == "GET" ? hit : "-") "\t" cc "\t" o
 		}' "$out")
 	bench_alive "$PROXY_PID" || bench_die "hotkeyproxy died during $t P$depth round $round"
+	bench_alive "$PROXY1_PID" || bench_die "hotkeyproxy-1p died during $t P$depth round $round"
 	local j
 	for ((j = 0; j < MASTERS; j++)); do
 		bench_alive "${CLUSTER_PIDS[j]}" || bench_die "redis-cluster-$j died during $t P$depth round $round"
@@ -227,10 +239,11 @@ for port in "${CLUSTER_PORTS[@]}"; do
 	keys_per_master+="${keys_per_master:+ / }$(redis-cli -h 127.0.0.1 -p "$port" dbsize)"
 done
 
-# Stops hotkeyproxy now, so that its log is complete.
+# Stops the proxies now, so that their logs are complete.
 proxy_log=$BENCH_TMP/hotkeyproxy.log
 bench_stop "$PROXY_PID"
-grep -E 'level=(WARN|ERROR)|"level":"(WARN|ERROR)"|panic|fatal' "$proxy_log" | head -n 10 |
+bench_stop "$PROXY1_PID"
+grep -E 'level=(WARN|ERROR)|"level":"(WARN|ERROR)"|panic|fatal' "$proxy_log" "$BENCH_TMP/hotkeyproxy-1p.log" | head -n 10 |
 	sed 's/^/hotkeyproxy log: /' >>"$PROBLEMS" || true
 
 cpu_model=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)
@@ -240,7 +253,7 @@ commit=$(git -C "$BENCH_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown
 if [[ -n $(git -C "$BENCH_ROOT" status --porcelain 2>/dev/null) ]]; then commit="$commit (with uncommitted changes)"; fi
 
 # Medians per (depth, test, target).
-table=$(awk -F'\t' '
+table=$(awk -F'\t' -v targets_list="${TARGETS[*]}" '
 	function median(s,   a, n, i, j, x) {
 		n = split(s, a, " ")
 		for (i = 2; i <= n; i++) { x = a[i] + 0; for (j = i - 1; j >= 1 && a[j] + 0 > x; j--) a[j + 1] = a[j]; a[j + 1] = x }
@@ -256,7 +269,7 @@ table=$(awk -F'\t' '
 		other[k] = other[k] " " $12; runs[k]++
 	}
 	END {
-		nt = split("SET GET", tests, " "); ng = split("direct hotkeyproxy", targets, " ")
+		nt = split("SET GET", tests, " "); ng = split(targets_list, targets, " ")
 		print "| depth | test | target | requests/s | p50 ms | p99 ms | vs direct | rps min–max (runs) | proxy CPU µs/req | Redis CPU µs/req | client CPU µs/req | GET hits | other CPU % (max) |"
 		print "|---:|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"
 		for (i = 1; i <= nd; i++) for (j = 1; j <= nt; j++) for (g = 1; g <= ng; g++) {
@@ -286,7 +299,7 @@ report=$(
 	echo "- hotkeyproxy: plain redis-benchmark against hotkeyproxy (upstream.mode cluster, seeds: all masters)." \
 		"Keys are key:<random>, spread over the masters by CRC16; the proxy routes each command to its slot's master" \
 		"over shared upstream connections and returns replies in order, so a 16-command pipeline is split over the" \
-		"masters and merged back."
+		"masters and merged back. hotkeyproxy-1p: the same binary with GOMAXPROCS=1 (one scheduler thread)."
 	echo "- proxy CPU µs/req: user+system CPU of hotkeyproxy per request (SET and GET runs together; – for direct, where it idles)." \
 		"Redis CPU µs/req: the same for all $MASTERS redis-servers together; client CPU µs/req: the same for redis-benchmark." \
 		"GET hits: share of GETs that found their key (INFO keyspace_hits/misses); both key spaces are filled alike at warm-up." \
@@ -298,9 +311,9 @@ report=$(
 	echo
 	echo "- machine: $(nproc) CPUs, $cpu_model, Linux $(uname -r)"
 	echo "- redis-server $redis_version, cluster-enabled, no persistence; $(go version | sed 's/^go version //')"
-	echo "- hotkeyproxy $commit, default config with upstream.mode cluster (upstream.conns_per_node 2)"
+	echo "- hotkeyproxy $commit, default config with upstream.mode cluster (upstream.conns_per_node 2); hotkeyproxy-1p the same with GOMAXPROCS=1"
 	echo "- keys per master at the end (DBSIZE): $keys_per_master"
-	echo "- the $MASTERS redis-servers, hotkeyproxy and redis-benchmark share the machine's CPUs"
+	echo "- the $MASTERS redis-servers, the proxies and redis-benchmark share the machine's CPUs"
 	if [[ -s $RERUNS ]]; then
 		echo
 		echo "Runs discarded and run again (other processes above ${OTHER_MAX}% of the machine's CPU; BENCH_RETRIES $RETRIES):"
