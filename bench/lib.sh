@@ -564,6 +564,18 @@ bench_start_predixy() {
 	bench_wait_ping "$PREDIXY_PORT" "$PREDIXY_PID" predixy
 }
 
+# bench_start_floorrelay UPSTREAM_PORT: builds bench/floorrelay and starts
+# it in front of the Redis on UPSTREAM_PORT; sets FLOOR_PORT and FLOOR_PID.
+bench_start_floorrelay() {
+	local up=$1 bin=$BENCH_TMP/floorrelay log=$BENCH_TMP/floorrelay.log
+	(cd "$BENCH_ROOT" && go build -o "$bin" ./bench/floorrelay) || bench_die "building floorrelay failed"
+	FLOOR_PORT=$(bench_free_port)
+	"$bin" -listen "127.0.0.1:$FLOOR_PORT" -upstream "127.0.0.1:$up" >"$log" 2>&1 &
+	FLOOR_PID=$!
+	bench_track floorrelay "$log" "$FLOOR_PID"
+	bench_wait_ping "$FLOOR_PORT" "$FLOOR_PID" floorrelay
+}
+
 # bench_save_report NAME REPORT: prints REPORT and writes it to
 # bench/results/NAME-<date>[-quick].md (-quick under BENCH_QUICK=1).
 bench_save_report() {

@@ -77,14 +77,9 @@ if [[ -n ${PREDIXY:-} ]]; then
 		sed -n 's/^Version:\(.*\)/\1/p' | head -n 1)
 fi
 if [[ ${BENCH_FLOOR:-0} == 1 ]]; then
-	FLOOR_BIN=$BENCH_TMP/floorrelay
-	(cd "$BENCH_ROOT" && go build -o "$FLOOR_BIN" ./bench/floorrelay) || bench_die "building floorrelay failed"
-	FLOOR_PORT=$(bench_free_port)
-	"$FLOOR_BIN" -listen "127.0.0.1:$FLOOR_PORT" -upstream "127.0.0.1:$REDIS_PORT" >"$BENCH_TMP/floorrelay.log" 2>&1 &
-	PORT[floorrelay]=$FLOOR_PORT PID[floorrelay]=$!
-	bench_track floorrelay "$BENCH_TMP/floorrelay.log" "${PID[floorrelay]}"
-	bench_wait_ping "$FLOOR_PORT" "${PID[floorrelay]}" floorrelay
-	if [[ -n $BENCH_PIN ]]; then bench_pin "${PID[floorrelay]}"; fi
+	bench_start_floorrelay "$REDIS_PORT"
+	if [[ -n $BENCH_PIN ]]; then bench_pin "$FLOOR_PID"; fi
+	PORT[floorrelay]=$FLOOR_PORT PID[floorrelay]=$FLOOR_PID
 fi
 CLK_TCK=$(getconf CLK_TCK)
 bench_log "redis-server :$REDIS_PORT, hotkeyproxy :$PROXY_PORT (GOMAXPROCS=1: :$PROXY1_PORT), nutcracker :$TWEM_PORT${PREDIXY:+, predixy :${PORT[predixy]}}${FLOOR_PORT:+, floorrelay :$FLOOR_PORT}"

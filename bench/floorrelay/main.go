@@ -50,8 +50,7 @@ func main() {
 // replies not yet written.
 type client struct {
 	fd      int
-	in, out []byte
-	queued  bool // in relay.ready
+	in, out []byte // out is not empty while the client is in relay.ready
 }
 
 type relay struct {
@@ -158,7 +157,7 @@ func (r *relay) handle(events []syscall.EpollEvent) {
 		if c.fd >= 0 && writeAll(c.fd, c.out) != nil {
 			r.drop(c)
 		}
-		c.out, c.queued = c.out[:0], false
+		c.out = c.out[:0]
 	}
 	clear(r.ready)
 	r.ready = r.ready[:0]
@@ -237,11 +236,10 @@ func (r *relay) readUpstream() error {
 			break
 		}
 		if c := r.waiting[r.head]; c != nil {
-			c.out = append(c.out, in[off:off+m]...)
-			if !c.queued {
-				c.queued = true
+			if len(c.out) == 0 {
 				r.ready = append(r.ready, c)
 			}
+			c.out = append(c.out, in[off:off+m]...)
 		}
 		r.waiting[r.head] = nil
 		r.head++
