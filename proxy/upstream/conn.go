@@ -129,8 +129,10 @@ type Conn struct {
 	wake  chan struct{} // cap 1: writeLoop has pending batches to send
 	quit  chan struct{} // closed when the connection fails
 
-	mu       sync.Mutex
-	writing  bool     // someone holds the write side; guarded by mu
+	mu sync.Mutex
+	// writing: someone holds the write side. Changed under mu, loaded
+	// without it by Pool.queue to find a write under way.
+	writing  atomic.Bool
 	pending  []*Batch // queued, not written; failed by fail
 	inflight []*Batch // written or being written; failed only by readLoop
 	reading  bool     // readLoop fills inflight[0]: a reply to it arrived
@@ -144,10 +146,11 @@ type Conn struct {
 	// state is connFailed, connStalled and connDraining, readable without
 	// mu on the hot path.
 	state atomic.Uint32
-	// key and at (its place in the pool's slots for key, -1 for a held
-	// one) are set before it is shared.
-	key Key
-	at  int
+	// key, at (its place in the pool's slots for key, -1 for a held one)
+	// and siblings (those slots) are set before it is shared.
+	key      Key
+	at       int
+	siblings []*sharedSlot
 	// paused: it carries batches a CLIENT PAUSE holds (pause.go), set
 	// before it is shared; claimed: a batch is about to be sent on it.
 	paused  bool
@@ -217,12 +220,12 @@ func (c *Conn) queue(b *Batch) (held, ok bool) {
 		b.Err = err
 		b.DoneCh <- struct{}{}
 		return false, true
-	case c.writing:
+	case c.writing.Load():
 		c.pending = append(c.pending, b)
 		c.mu.Unlock()
 		return false, true
 	}
-	c.writing = true
+	c.writing.Store(true)
 	c.pending = append(c.pending, b)
 	c.mu.Unlock()
 	return true, true
@@ -286,7 +289,7 @@ func (c *Conn) endWrite() {
 	c.mu.Lock()
 	c.unsent = 0
 	queued := len(c.pending) > 0
-	c.writing = queued
+	c.writing.Store(queued)
 	c.mu.Unlock()
 	if queued {
 		signal(c.wake)
@@ -340,7 +343,7 @@ var errDrained = fmt.Errorf("%w after a stall", ErrClosed)
 // closeIdle closes c when nothing is queued or in flight on it.
 func (c *Conn) closeIdle() {
 	c.mu.Lock()
-	if c.err == nil && (c.writing || len(c.pending) > 0 || len(c.inflight) > 0) {
+	if c.err == nil && (c.writing.Load() || len(c.pending) > 0 || len(c.inflight) > 0) {
 		c.mu.Unlock()
 		return
 	}

@@ -279,6 +279,74 @@ func TestPoolKeys(t *testing.T) {
 	}
 }
 
+// TestSendJoinsWriteUnderWay: a batch whose own connection is idle goes
+// out with the write under way on another connection of its key, in that
+// write, and gets its replies; the client keeps its own connection for
+// later; a stalled connection's write is not joined, and with no write
+// under way the batch goes on its own connection.
+func TestSendJoinsWriteUnderWay(t *testing.T) {
+	be := redistest.StartBackend(t, redistest.BackendOptions{})
+	p := testPool(t, dialer{addr: be.Addr()}, 2, nil)
+	p.stallAfter = time.Minute
+	busy, err := p.Get(Key{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := p.Get(Key{}, 1)
+	if err != nil || own == busy {
+		t.Fatalf("Get: %v, or the same connection twice", err)
+	}
+	pendingOn := func(c *Conn) int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.pending)
+	}
+	wait := func(b *Batch, want []string) {
+		t.Helper()
+		<-b.DoneCh
+		if got := b.replies(nil); b.Err != nil || fmt.Sprintf("%q", got) != fmt.Sprintf("%q", want) {
+			t.Errorf("got %q (%v), want %q", got, b.Err, want)
+		}
+	}
+
+	first, firstWant := echoBatch(0, 0, 2)
+	if held, ok := busy.queue(first); !held || !ok {
+		t.Fatalf("queue on an idle connection: held %v, ok %v", held, ok)
+	}
+	joining, joiningWant := echoBatch(1, 0, 3)
+	conn := own
+	p.Send(&conn, Key{}, 1, joining)
+	if n := pendingOn(busy); n != 2 {
+		t.Errorf("%d batches queued behind the write under way, want 2 (it joined)", n)
+	}
+	if conn != own {
+		t.Error("the client's own connection was replaced")
+	}
+	busy.writeHeld()
+	wait(first, firstWant)
+	wait(joining, joiningWant)
+
+	behind, _ := echoBatch(0, 1, 1)
+	busy.queue(behind)
+	busy.state.Store(connStalled)
+	next, nextWant := echoBatch(1, 1, 1)
+	if c := p.queue(&conn, Key{}, 1, next); c != own {
+		t.Fatalf("with the other write stalled: batch on %p, want its own %p", c, own)
+	}
+	own.writeHeld()
+	wait(next, nextWant)
+	busy.state.Store(0)
+	busy.writeHeld()
+	<-behind.DoneCh
+
+	last, lastWant := echoBatch(1, 2, 1)
+	if c := p.queue(&conn, Key{}, 1, last); c != own {
+		t.Fatalf("with no write under way: batch on %p, want its own %p", c, own)
+	}
+	own.writeHeld()
+	wait(last, lastWant)
+}
+
 // TestPoolClose: Close fails the batches in flight and later Gets with
 // ErrClosed, which is not counted as a failure of the node.
 func TestPoolClose(t *testing.T) {
