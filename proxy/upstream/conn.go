@@ -238,6 +238,16 @@ func (c *Conn) writeHeld() {
 	}
 }
 
+// writeAll writes what is queued on each of held, whose write sides the
+// caller took, and returns held emptied.
+func writeAll(held []*Conn) []*Conn {
+	for _, c := range held {
+		c.writeHeld()
+	}
+	clear(held)
+	return held[:0]
+}
+
 // writePending writes every queued batch in one write. Only the holder of
 // the write side calls it. It reports false when the connection failed.
 func (c *Conn) writePending() bool {

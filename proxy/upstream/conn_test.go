@@ -279,15 +279,28 @@ func TestPoolKeys(t *testing.T) {
 	}
 }
 
-// TestSendJoinsWriteUnderWay: a batch whose own connection is idle goes
-// out with the write under way on another connection of its key, in that
-// write, and gets its replies; the client keeps its own connection for
-// later; a stalled connection's write is not joined, and with no write
-// under way the batch goes on its own connection.
+// TestSendJoinsWriteUnderWay: a batch whose own connection has no write
+// under way goes out in the write under way on another connection of its
+// key, and gets its replies; the client keeps its own connection for
+// later. It stays on its own when the other's oldest request in flight
+// has waited joinAge, when the other is stalled, and when no write is
+// under way.
 func TestSendJoinsWriteUnderWay(t *testing.T) {
-	be := redistest.StartBackend(t, redistest.BackendOptions{})
+	gate := make(chan struct{})
+	var released sync.Once
+	release := func() { released.Do(func() { close(gate) }) }
+	// HOLD is answered once the test releases it: a request in flight
+	// for as long as the test needs, holding its connection's later ones.
+	be := redistest.StartBackend(t, redistest.BackendOptions{Answer: func(args []string) redistest.Reply {
+		if args[0] == "HOLD" {
+			<-gate
+		}
+		return redistest.Echo(args)
+	}})
+	t.Cleanup(release) // before the backend's, which waits for HOLD
 	p := testPool(t, dialer{addr: be.Addr()}, 2, nil)
 	p.stallAfter = time.Minute
+	p.joinAge = time.Minute
 	busy, err := p.Get(Key{}, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -296,55 +309,71 @@ func TestSendJoinsWriteUnderWay(t *testing.T) {
 	if err != nil || own == busy {
 		t.Fatalf("Get: %v, or the same connection twice", err)
 	}
+	var sent []*Batch
+	var wants [][]string
+	batch := func(client, round int) *Batch {
+		b, want := echoBatch(client, round, 2)
+		sent, wants = append(sent, b), append(wants, want)
+		return b
+	}
 	pendingOn := func(c *Conn) int {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		return len(c.pending)
 	}
-	wait := func(b *Batch, want []string) {
+	conn := own
+	// round holds busy's write side, as a sender between its queue and its
+	// write, and sends the client's batch meanwhile.
+	round := func(n int, wantJoin bool) {
 		t.Helper()
+		if held, ok := busy.queue(batch(0, n)); !held || !ok {
+			t.Fatalf("round %d: queue on busy: held %v, ok %v", n, held, ok)
+		}
+		on := p.queue(&conn, Key{}, 1, batch(1, n))
+		switch joined := pendingOn(busy) == 2; {
+		case joined != wantJoin:
+			t.Fatalf("round %d: joined the write under way: %v, want %v", n, joined, wantJoin)
+		case joined && on != nil, !joined && on != own:
+			t.Fatalf("round %d: queue gave %p, want nil (joined) or its own %p", n, on, own)
+		case conn != own:
+			t.Fatalf("round %d: the client's own connection was replaced", n)
+		}
+		if on != nil {
+			on.writeHeld()
+		}
+		busy.writeHeld()
+	}
+
+	hold := &Batch{N: 1, Ends: make([]int, 0, 1), DoneCh: make(chan struct{}, 1)}
+	hold.Req = resp.AppendCommand(nil, []byte("HOLD"), []byte("x"))
+	busy.Send(hold)
+	round(1, true) // behind a request in flight less than joinAge
+	p.joinAge = time.Millisecond
+	time.Sleep(5 * time.Millisecond)
+	round(2, false) // behind one in flight longer
+	p.joinAge = time.Minute
+	release()
+	<-hold.DoneCh
+	waited := len(sent)
+	for _, b := range sent {
 		<-b.DoneCh
-		if got := b.replies(nil); b.Err != nil || fmt.Sprintf("%q", got) != fmt.Sprintf("%q", want) {
-			t.Errorf("got %q (%v), want %q", got, b.Err, want)
+	}
+	round(3, true) // behind nothing in flight
+	busy.state.Store(connStalled)
+	round(4, false)
+	busy.state.Store(0)
+	if on := p.queue(&conn, Key{}, 1, batch(1, 5)); on != own {
+		t.Fatalf("with no write under way: queue gave %p, want its own %p", on, own)
+	}
+	own.writeHeld()
+	for i, b := range sent {
+		if i >= waited {
+			<-b.DoneCh
+		}
+		if got := b.replies(nil); b.Err != nil || fmt.Sprintf("%q", got) != fmt.Sprintf("%q", wants[i]) {
+			t.Errorf("batch %d: got %q (%v), want %q", i, got, b.Err, wants[i])
 		}
 	}
-
-	first, firstWant := echoBatch(0, 0, 2)
-	if held, ok := busy.queue(first); !held || !ok {
-		t.Fatalf("queue on an idle connection: held %v, ok %v", held, ok)
-	}
-	joining, joiningWant := echoBatch(1, 0, 3)
-	conn := own
-	p.Send(&conn, Key{}, 1, joining)
-	if n := pendingOn(busy); n != 2 {
-		t.Errorf("%d batches queued behind the write under way, want 2 (it joined)", n)
-	}
-	if conn != own {
-		t.Error("the client's own connection was replaced")
-	}
-	busy.writeHeld()
-	wait(first, firstWant)
-	wait(joining, joiningWant)
-
-	behind, _ := echoBatch(0, 1, 1)
-	busy.queue(behind)
-	busy.state.Store(connStalled)
-	next, nextWant := echoBatch(1, 1, 1)
-	if c := p.queue(&conn, Key{}, 1, next); c != own {
-		t.Fatalf("with the other write stalled: batch on %p, want its own %p", c, own)
-	}
-	own.writeHeld()
-	wait(next, nextWant)
-	busy.state.Store(0)
-	busy.writeHeld()
-	<-behind.DoneCh
-
-	last, lastWant := echoBatch(1, 2, 1)
-	if c := p.queue(&conn, Key{}, 1, last); c != own {
-		t.Fatalf("with no write under way: batch on %p, want its own %p", c, own)
-	}
-	own.writeHeld()
-	wait(last, lastWant)
 }
 
 // TestPoolClose: Close fails the batches in flight and later Gets with

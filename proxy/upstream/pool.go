@@ -77,6 +77,7 @@ type Pool struct {
 	readTimeout time.Duration
 	stallAfter  time.Duration // stallAfter; tests change it before the first Get
 	probeIdle   time.Duration // probeIdle; likewise
+	joinAge     time.Duration // joinAge; likewise
 	authRetry   time.Duration // authRetry; likewise
 	m           *NodeMetrics
 	log         *slog.Logger
@@ -141,7 +142,7 @@ type sharedSlot struct {
 
 func newPool(d dialer, perDB int, readTimeout time.Duration, m *NodeMetrics, log *slog.Logger) *Pool {
 	return &Pool{
-		dialer: d, perDB: perDB, readTimeout: readTimeout, stallAfter: stallAfter, probeIdle: probeIdle, authRetry: authRetry, m: m, log: log,
+		dialer: d, perDB: perDB, readTimeout: readTimeout, stallAfter: stallAfter, probeIdle: probeIdle, joinAge: joinAge, authRetry: authRetry, m: m, log: log,
 		conns: make(map[Key][]*sharedSlot),
 		held:  make(map[Key][]*Conn),
 		pause: &nodePause{},
@@ -363,7 +364,7 @@ func (p *Pool) Send(conn **Conn, k Key, id uint64, b *Batch) {
 func (p *Pool) queue(conn **Conn, k Key, id uint64, b *Batch) *Conn {
 	for {
 		c := *conn
-		if c == nil || !c.Usable() {
+		if mayDial(c) {
 			var err error
 			if c, err = p.Get(k, id); err != nil {
 				*conn = nil
@@ -387,25 +388,42 @@ func (p *Pool) queue(conn **Conn, k Key, id uint64, b *Batch) *Conn {
 	}
 }
 
-// underWay is c when its write is under way or when no other usable
-// connection of its slots has one; else that other connection. A batch
-// queued behind a write under way goes out with the next one, not in a
-// write of its own: at depth 16 in cluster mode the writes to Redis are
-// a quarter of the proxy's CPU, and a client's batches may go on any of
-// the connections, as each round waits for its replies before the next.
-// Behind a slow request on that connection the batch waits no longer
-// than on its own: Redis runs one command at a time.
+// underWay is c when its write is under way, else another usable
+// connection of its slots whose write is and whose oldest request in
+// flight was written less than joinAge ago; else c. A batch queued behind
+// a write under way goes out with the next one, not in a write of its
+// own: at depth 16 in cluster mode the writes to Redis are a quarter of
+// the proxy's CPU, and a client's batches may go on any of the
+// connections, as each round waits for its replies before the next. The
+// age bound keeps a batch off a connection that holds a request Redis
+// answers late while others go on (a WAIT for lagging replicas, a reply
+// of megabytes being read).
 func underWay(c *Conn) *Conn {
 	if c.writing.Load() {
 		return c
 	}
 	for _, s := range c.siblings {
-		if o := s.conn.Load(); o != nil && o != c && o.writing.Load() && o.Usable() {
+		o := s.conn.Load()
+		if o == nil || o == c || !o.writing.Load() || !o.Usable() {
+			continue
+		}
+		if oldest := o.since.Load(); oldest == 0 || monoNow()-time.Duration(oldest) < o.pool.joinAge {
 			return o
 		}
 	}
 	return c
 }
+
+// joinAge bounds how long the oldest request on a connection may have
+// waited for a batch to join its write. At full load (three masters,
+// depth 16) this bound kept all of the joining's gain side by side, and a
+// WAIT or a slow reply stops drawing batches after it.
+const joinAge = 2 * time.Millisecond
+
+// mayDial reports whether queueing on *conn may first dial (Get): a
+// caller that holds other connections' write sides writes them before,
+// as a dial can take a dial timeout and batches may be joining them.
+func mayDial(conn *Conn) bool { return conn == nil || !conn.Usable() }
 
 // Ask sends n requests (RESP frames, back to back) on a new connection of
 // db 0 and returns the n replies: for the proxy's own requests (CLUSTER

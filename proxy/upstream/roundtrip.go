@@ -194,17 +194,16 @@ func (r *RoundTrip) sendRound(round []*nodeBatch) {
 		if r.login != nil {
 			p = r.login.Pool(p)
 		}
+		if mayDial(nb.conn) {
+			r.held = writeAll(r.held)
+		}
 		if c := p.queue(&nb.conn, r.key, r.id, &nb.Batch); c != nil {
 			r.held = append(r.held, c)
 		}
 	}
 	if len(r.held) > 0 {
 		runtime.Gosched() // once for every node, as Conn.Send for one
-		for _, c := range r.held {
-			c.writeHeld()
-		}
-		clear(r.held)
-		r.held = r.held[:0]
+		r.held = writeAll(r.held)
 	}
 	for _, nb := range round {
 		<-nb.DoneCh

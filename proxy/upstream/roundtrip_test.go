@@ -437,3 +437,58 @@ func TestRoundTripWaitsForEveryNode(t *testing.T) {
 		r.Reset()
 	}
 }
+
+// TestRoundTripWritesBeforeDialing: a round that must dial one node (here
+// a dial whose HELLO is not answered) writes what it queued for the other
+// nodes first: batches that join those writes meanwhile must not wait
+// for the dial.
+func TestRoundTripWritesBeforeDialing(t *testing.T) {
+	gate := make(chan struct{})
+	var released sync.Once
+	release := func() { released.Do(func() { close(gate) }) }
+	fast := redistest.StartBackend(t, redistest.BackendOptions{})
+	hung := redistest.StartBackend(t, redistest.BackendOptions{Answer: func(args []string) redistest.Reply {
+		if args[0] == "HELLO" {
+			<-gate
+		}
+		return redistest.Echo(args)
+	}})
+	t.Cleanup(release) // before the backends', which wait for HELLO
+	c := testCluster(t)
+	c.cfg.DialTimeout = config.Duration(time.Minute)
+	var slots [hashslot.Count]*Node
+	for s := range slots {
+		slots[s] = c.Node(fast.Addr())
+	}
+	onHung := "b"
+	for hashslot.Of([]byte(onHung)) == slotA {
+		onHung += "b"
+	}
+	slots[hashslot.Of([]byte(onHung))] = c.Node(hung.Addr())
+	c.topo.Store(NewTopology(&slots))
+	c.keys.Store(&keyspec.Table{})
+
+	r := NewRoundTrip(c, 0)
+	r.SetRESP3(true) // a dial says HELLO 3
+	r.Queue(slots[slotA], int(slotA), nil, [][]byte{[]byte("GET"), []byte("a")})
+	slotHung := int(hashslot.Of([]byte(onHung)))
+	r.Queue(slots[slotHung], slotHung, nil, [][]byte{[]byte("GET"), []byte(onHung)})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.Run()
+	}()
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(sent(fast), "GET a"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("GET a not written while the other node's dial waits; the fast node got %q", sent(fast))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	release()
+	<-done
+	for i, key := range []string{"a", onHung} {
+		if got, want := string(r.Reply(i)), fmt.Sprintf("$%d\r\n%s\r\n", len(key), key); got != want {
+			t.Errorf("reply %d %q, want %q", i, got, want)
+		}
+	}
+}
