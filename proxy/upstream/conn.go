@@ -130,9 +130,11 @@ type Conn struct {
 	quit  chan struct{} // closed when the connection fails
 
 	mu sync.Mutex
-	// writing: someone holds the write side. Changed under mu, loaded
-	// without it by Pool.queue to find a write under way.
+	// writing: someone holds the write side, since taken (monoNow).
+	// Changed under mu, loaded without it by Pool.queue to find a write
+	// under way.
 	writing  atomic.Bool
+	taken    atomic.Int64
 	pending  []*Batch // queued, not written; failed by fail
 	inflight []*Batch // written or being written; failed only by readLoop
 	reading  bool     // readLoop fills inflight[0]: a reply to it arrived
@@ -226,6 +228,7 @@ func (c *Conn) queue(b *Batch) (held, ok bool) {
 		return false, true
 	}
 	c.writing.Store(true)
+	c.taken.Store(int64(monoNow()))
 	c.pending = append(c.pending, b)
 	c.mu.Unlock()
 	return true, true
@@ -300,6 +303,9 @@ func (c *Conn) endWrite() {
 	c.unsent = 0
 	queued := len(c.pending) > 0
 	c.writing.Store(queued)
+	if queued {
+		c.taken.Store(int64(monoNow())) // by writeLoop
+	}
 	c.mu.Unlock()
 	if queued {
 		signal(c.wake)

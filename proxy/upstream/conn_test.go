@@ -283,8 +283,8 @@ func TestPoolKeys(t *testing.T) {
 // under way goes out in the write under way on another connection of its
 // key, and gets its replies; the client keeps its own connection for
 // later. It stays on its own when the other's oldest request in flight
-// has waited joinAge, when the other is stalled, and when no write is
-// under way.
+// has waited joinAge or its write side was taken that long ago, when the
+// other is stalled, and when no write is under way.
 func TestSendJoinsWriteUnderWay(t *testing.T) {
 	gate := make(chan struct{})
 	var released sync.Once
@@ -324,11 +324,12 @@ func TestSendJoinsWriteUnderWay(t *testing.T) {
 	conn := own
 	// round holds busy's write side, as a sender between its queue and its
 	// write, and sends the client's batch meanwhile.
-	round := func(n int, wantJoin bool) {
+	round := func(n int, wantJoin bool, heldFor time.Duration) {
 		t.Helper()
 		if held, ok := busy.queue(batch(0, n)); !held || !ok {
 			t.Fatalf("round %d: queue on busy: held %v, ok %v", n, held, ok)
 		}
+		time.Sleep(heldFor)
 		on := p.queue(&conn, Key{}, 1, batch(1, n))
 		switch joined := pendingOn(busy) == 2; {
 		case joined != wantJoin:
@@ -347,10 +348,10 @@ func TestSendJoinsWriteUnderWay(t *testing.T) {
 	hold := &Batch{N: 1, Ends: make([]int, 0, 1), DoneCh: make(chan struct{}, 1)}
 	hold.Req = resp.AppendCommand(nil, []byte("HOLD"), []byte("x"))
 	busy.Send(hold)
-	round(1, true) // behind a request in flight less than joinAge
+	round(1, true, 0) // behind a request in flight less than joinAge
 	p.joinAge = time.Millisecond
 	time.Sleep(5 * time.Millisecond)
-	round(2, false) // behind one in flight longer
+	round(2, false, 0) // behind one in flight longer
 	p.joinAge = time.Minute
 	release()
 	<-hold.DoneCh
@@ -358,11 +359,14 @@ func TestSendJoinsWriteUnderWay(t *testing.T) {
 	for _, b := range sent {
 		<-b.DoneCh
 	}
-	round(3, true) // behind nothing in flight
+	round(3, true, 0) // behind nothing in flight
+	p.joinAge = time.Millisecond
+	round(4, false, 5*time.Millisecond) // a write side held longer
+	p.joinAge = time.Minute
 	busy.state.Store(connStalled)
-	round(4, false)
+	round(5, false, 0)
 	busy.state.Store(0)
-	if on := p.queue(&conn, Key{}, 1, batch(1, 5)); on != own {
+	if on := p.queue(&conn, Key{}, 1, batch(1, 6)); on != own {
 		t.Fatalf("with no write under way: queue gave %p, want its own %p", on, own)
 	}
 	own.writeHeld()

@@ -202,9 +202,6 @@ func (p *Pool) rerun(c *Conn) {
 		}
 		var writers []*Conn
 		for _, b := range c.takeReruns() {
-			if mayDial(o) {
-				writers = writeAll(writers)
-			}
 			if w := p.queue(&o, c.key, uint64(c.at), b); w != nil {
 				writers = append(writers, w)
 			}

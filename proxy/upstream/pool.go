@@ -389,40 +389,47 @@ func (p *Pool) queue(conn **Conn, k Key, id uint64, b *Batch) *Conn {
 }
 
 // underWay is c when its write is under way, else another usable
-// connection of its slots whose write is and whose oldest request in
-// flight was written less than joinAge ago; else c. A batch queued behind
-// a write under way goes out with the next one, not in a write of its
-// own: at depth 16 in cluster mode the writes to Redis are a quarter of
-// the proxy's CPU, and a client's batches may go on any of the
-// connections, as each round waits for its replies before the next. The
-// age bound keeps a batch off a connection that holds a request Redis
-// answers late while others go on (a WAIT for lagging replicas, a reply
-// of megabytes being read).
+// connection of its slots whose write is, taken less than joinAge ago,
+// and whose oldest request in flight, if any, was written less than
+// joinAge ago; else c. A batch queued behind a write under way goes out
+// with the next one, not in a write of its own: at depth 16 in cluster
+// mode the writes to Redis are a quarter of the proxy's CPU, and a
+// client's batches may go on any of the connections, as each round waits
+// for its replies before the next. The age bounds keep a batch from
+// waiting behind a holder that is slow to write (a cluster round writing
+// to a node that does not read first) or behind a request Redis answers
+// late while others go on (a WAIT for lagging replicas, a reply of
+// megabytes being read).
 func underWay(c *Conn) *Conn {
 	if c.writing.Load() {
 		return c
 	}
+	var now time.Duration
 	for _, s := range c.siblings {
 		o := s.conn.Load()
 		if o == nil || o == c || !o.writing.Load() || !o.Usable() {
 			continue
 		}
-		if oldest := o.since.Load(); oldest == 0 || monoNow()-time.Duration(oldest) < o.pool.joinAge {
+		if now == 0 {
+			now = monoNow()
+		}
+		young := int64(now - o.pool.joinAge) // times after it are less than joinAge ago
+		if oldest := o.since.Load(); o.taken.Load() > young && (oldest == 0 || oldest > young) {
 			return o
 		}
 	}
 	return c
 }
 
-// joinAge bounds how long the oldest request on a connection may have
-// waited for a batch to join its write. At full load (three masters,
-// depth 16) this bound kept all of the joining's gain side by side, and a
-// WAIT or a slow reply stops drawing batches after it.
+// joinAge bounds how long the write side of a connection may have been
+// held, and its oldest request in flight waited, for a batch to join its
+// write. At full load (three masters, depth 16) this bound kept all of
+// the joining's gain side by side.
 const joinAge = 2 * time.Millisecond
 
 // mayDial reports whether queueing on *conn may first dial (Get): a
 // caller that holds other connections' write sides writes them before,
-// as a dial can take a dial timeout and batches may be joining them.
+// as a dial can take a dial timeout and their clients would wait for it.
 func mayDial(conn *Conn) bool { return conn == nil || !conn.Usable() }
 
 // Ask sends n requests (RESP frames, back to back) on a new connection of
