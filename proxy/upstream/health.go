@@ -202,6 +202,9 @@ func (p *Pool) rerun(c *Conn) {
 		}
 		var writers []*Conn
 		for _, b := range c.takeReruns() {
+			if mayDial(o) {
+				writers = writeAll(writers) // as RoundTrip.sendRound
+			}
 			if w := p.queue(&o, c.key, uint64(c.at), b); w != nil {
 				writers = append(writers, w)
 			}
