@@ -24,6 +24,11 @@ type Request struct {
 	// it whenever that one is sent again (a redirection, a retry): for
 	// WAIT, which counts what its own connection wrote.
 	Follows bool
+	// Blocks: Redis runs nothing else from the request's connection until
+	// it answers (WAIT, until replicas acknowledge). Do sends the requests
+	// of a call that holds one on connections of their own, so that they
+	// hold up no one else's.
+	Blocks bool
 }
 
 // Upstream is how the engine reaches Redis.

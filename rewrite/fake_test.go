@@ -68,6 +68,9 @@ func (f *fakeUpstream) Do(reqs []Request) [][]byte {
 			continue
 		}
 		got := f.render(r)
+		if r.Blocks != (string(r.Args[0]) == "WAIT") {
+			f.t.Fatalf("request %d %q: Blocks %v, want it on WAIT only", f.next+1, got, r.Blocks)
+		}
 		if r.Follows && (i == 0 || !bytes.Equal(reqs[i-1].Key, r.Key)) {
 			f.t.Fatalf("request %d %q follows no request for %q", f.next+1, got, r.Key)
 		}

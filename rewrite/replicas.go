@@ -52,7 +52,7 @@ func (e *Engine) sendChanges(h *hotKey, reqs []Request) (replies [][]byte, unack
 	wait := [][]byte{[]byte("WAIT"), strconv.AppendInt(nil, want, 10), strconv.AppendInt(nil, timeout.Milliseconds(), 10)}
 	with := make([]Request, 0, 2*len(reqs))
 	for _, q := range reqs {
-		with = append(with, q, Request{Key: q.Key, Args: wait, Follows: true})
+		with = append(with, q, Request{Key: q.Key, Args: wait, Follows: true, Blocks: true})
 	}
 	all := e.send(h, with)
 	replies = make([][]byte, len(reqs))

@@ -128,7 +128,18 @@ type Pool struct {
 type Key struct {
 	DB    int
 	RESP3 bool // the connections said HELLO 3 when dialed
+	// Blocking: the connections for batches that hold a request Redis
+	// answers only when something else happens (WAIT), and until then
+	// runs nothing else from its connection: blockingConns of them,
+	// apart from clients', none joining another's write.
+	Blocking bool
 }
+
+// blockingConns is how many connections a node has for a Key that is
+// Blocking. A blocked WAIT holds its connection for a replication round
+// trip, so a master's acknowledged changes go at most this many a round
+// trip.
+const blockingConns = 8
 
 // sharedSlot is one place in the pool; its own lock serialises redials, so
 // clients wait for one dial rather than each making their own. conn is
@@ -234,7 +245,11 @@ func (p *Pool) Get(k Key, id uint64) (*Conn, error) {
 	}
 	slots := p.conns[k]
 	if slots == nil {
-		slots = make([]*sharedSlot, p.perDB)
+		n := p.perDB
+		if k.Blocking {
+			n = blockingConns
+		}
+		slots = make([]*sharedSlot, n)
 		for i := range slots {
 			slots[i] = &sharedSlot{}
 		}
@@ -401,8 +416,8 @@ func (p *Pool) queue(conn **Conn, k Key, id uint64, b *Batch) *Conn {
 // late while others go on (a WAIT for lagging replicas, a reply of
 // megabytes being read).
 func underWay(c *Conn) *Conn {
-	if c.writing.Load() {
-		return c
+	if c.writing.Load() || c.key.Blocking {
+		return c // a Blocking one's batches are spread so that their WAITs block apart
 	}
 	var now time.Duration
 	for _, s := range c.siblings {

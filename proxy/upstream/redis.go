@@ -3,6 +3,7 @@ package upstream
 import (
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +37,9 @@ type Redis struct {
 	// doConn is standalone Do's shared connection, as Pool.Send left it:
 	// kept, so that a hot-key command does not look it up in the pool.
 	doConn atomic.Pointer[Conn]
+	// turn spreads Do's calls that block (rewrite.Request.Blocks) over
+	// the Blocking connections.
+	turn atomic.Uint64
 
 	// Standalone mode's command table, asked once.
 	keys    atomic.Pointer[keyspec.Table]
@@ -98,7 +102,9 @@ func (u *Redis) Verify(req []byte) ([]byte, error) {
 // Do implements rewrite.Upstream: in standalone mode all requests go in
 // one batch on a shared connection of db 0, where hot keys live; in
 // cluster mode each to its slot's master, redirections followed, a
-// follower (Request.Follows) with the request before it.
+// follower (Request.Follows) with the request before it. A call with a
+// request that blocks (Request.Blocks: a WAIT) goes on the Blocking
+// connections of db 0 instead, each call on the next of them.
 func (u *Redis) Do(reqs []rewrite.Request) [][]byte {
 	if c := u.Cluster; c != nil {
 		t, _, err := c.Current()
@@ -111,6 +117,11 @@ func (u *Redis) Do(reqs []rewrite.Request) [][]byte {
 		}
 		r := u.trips.Get().(*RoundTrip)
 		defer u.trips.Put(r)
+		if blocks(reqs) {
+			r.SetBlocking(true, u.turn.Add(1))
+		} else {
+			r.SetBlocking(false, 0)
+		}
 		var n *Node
 		for _, q := range reqs {
 			if q.Follows && n != nil {
@@ -147,11 +158,16 @@ func (u *Redis) Do(reqs []rewrite.Request) [][]byte {
 	// The replies are returned: Out is the one part never reused.
 	replies, out := replyRoom(len(reqs), 64*len(reqs))
 	b.Out = out
-	kept := u.doConn.Load()
-	conn := kept
-	u.Pool.Send(&conn, Key{}, 0, b)
-	if conn != kept {
-		u.doConn.Store(conn)
+	if blocks(reqs) {
+		var conn *Conn
+		u.Pool.Send(&conn, Key{Blocking: true}, u.turn.Add(1), b)
+	} else {
+		kept := u.doConn.Load()
+		conn := kept
+		u.Pool.Send(&conn, Key{}, 0, b)
+		if conn != kept {
+			u.doConn.Store(conn)
+		}
 	}
 	<-b.DoneCh
 	done := b.replies(replies[:0])
@@ -160,6 +176,11 @@ func (u *Redis) Do(reqs []rewrite.Request) [][]byte {
 	}
 	b.Out = nil
 	return replies
+}
+
+// blocks reports whether one of reqs blocks its connection.
+func blocks(reqs []rewrite.Request) bool {
+	return slices.ContainsFunc(reqs, func(q rewrite.Request) bool { return q.Blocks })
 }
 
 // oneReply is Do's room for the reply to one request, made in one piece:

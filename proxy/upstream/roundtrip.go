@@ -95,6 +95,17 @@ func (r *RoundTrip) SetRESP3(on bool) {
 	}
 }
 
+// SetBlocking makes the next runs use the nodes' Blocking connections
+// (Key.Blocking), picked by id, when on; else the shared ones of id.
+func (r *RoundTrip) SetBlocking(on bool, id uint64) {
+	if r.key.Blocking != on || r.id != id {
+		r.key.Blocking, r.id = on, id
+		for _, nb := range r.batches {
+			nb.conn = nil
+		}
+	}
+}
+
 // Queue adds a request for node n to the first round: raw, its RESP
 // frame, or args when raw is nil. slot is the slot it is routed by, for
 // TRYAGAIN and CLUSTERDOWN, or -1 for none. Its reply is Reply(Len()-1).
