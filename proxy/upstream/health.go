@@ -79,7 +79,8 @@ func (w *watchdog) arm() {
 
 // watchLoop ticks while requests are in flight on the pool's shared
 // connections, until the pool is closed. A connection whose oldest
-// request has waited past p.stallAfter is stalled: Get hands out another,
+// request has waited past p.stallAfter is stalled (not a Blocking one,
+// whose WAITs wait by design): Get hands out another,
 // and the session's cached one is dropped (Usable). Past the read
 // timeout the connection fails with a TimeoutError, every request on it
 // with it, and the node is probed. A connection replaced after a stall
@@ -145,7 +146,9 @@ func (p *Pool) check() bool {
 			p.suspect() // first, so that the clients told wait for the probe
 			p.m.Timeouts.Inc()
 			c.fail(&TimeoutError{Node: p.addr, After: p.readTimeout})
-		case now-since >= p.stallAfter:
+		case now-since >= p.stallAfter && !c.key.Blocking:
+			// A Blocking one's WAIT waits by design, up to its timeout;
+			// replacing it would only crowd the others onto fewer.
 			c.state.Or(connStalled)
 			if c.at >= 0 && !paused {
 				p.rerun(c)

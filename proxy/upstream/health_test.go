@@ -334,6 +334,22 @@ func TestStallBound(t *testing.T) {
 	}
 }
 
+// TestBlockingNeverStalls: a Blocking connection (Key.Blocking) whose
+// request waits past the stall bound stays usable, where a shared one
+// beside it stalls: a WAIT waits by design.
+func TestBlockingNeverStalls(t *testing.T) {
+	be := redistest.StartBackend(t, stallOn("SLOW"))
+	p := testPool(t, dialer{addr: be.Addr()}, 2, nil)
+	p.readTimeout = time.Minute
+	var blocking, shared *Conn
+	p.Send(&blocking, Key{Blocking: true}, 0, batchOf("SLOW"))
+	p.Send(&shared, Key{}, 0, batchOf("SLOW"))
+	eventually(t, "the shared connection is stalled", func() bool { return !shared.Usable() })
+	if !blocking.Usable() {
+		t.Error("the Blocking connection stalled, its request older than the shared one's")
+	}
+}
+
 // stoppable is a backend that holds every command while stopped, as a
 // SIGSTOPped Redis: connections are accepted, nothing is answered, and
 // what was sent is answered once it resumes.

@@ -131,7 +131,8 @@ type Key struct {
 	// Blocking: the connections for batches that hold a request Redis
 	// answers only when something else happens (WAIT), and until then
 	// runs nothing else from its connection: blockingConns of them,
-	// apart from clients', none joining another's write.
+	// apart from clients', none joining another's write, none counted
+	// stalled.
 	Blocking bool
 }
 
