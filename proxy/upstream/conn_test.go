@@ -286,18 +286,7 @@ func TestPoolKeys(t *testing.T) {
 // has waited joinAge or its write side was taken that long ago, when the
 // other is stalled, and when no write is under way.
 func TestSendJoinsWriteUnderWay(t *testing.T) {
-	gate := make(chan struct{})
-	var released sync.Once
-	release := func() { released.Do(func() { close(gate) }) }
-	// HOLD is answered once the test releases it: a request in flight
-	// for as long as the test needs, holding its connection's later ones.
-	be := redistest.StartBackend(t, redistest.BackendOptions{Answer: func(args []string) redistest.Reply {
-		if args[0] == "HOLD" {
-			<-gate
-		}
-		return redistest.Echo(args)
-	}})
-	t.Cleanup(release) // before the backend's, which waits for HOLD
+	be, release := holdOn(t, "HOLD")
 	p := testPool(t, dialer{addr: be.Addr()}, 2, nil)
 	p.stallAfter = time.Minute
 	p.joinAge = time.Minute

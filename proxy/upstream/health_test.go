@@ -62,6 +62,24 @@ func stallOn(name string) redistest.BackendOptions {
 	}}
 }
 
+// holdOn is a backend that echoes, except that name is answered only
+// once the test calls release (or ends): a request in flight for as long
+// as the test needs, holding its connection's later ones, as a WAIT does
+// until replicas acknowledge.
+func holdOn(t *testing.T, name string) (be *redistest.Backend, release func()) {
+	gate := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(gate) }) }
+	be = redistest.StartBackend(t, redistest.BackendOptions{Answer: func(args []string) redistest.Reply {
+		if strings.EqualFold(args[0], name) {
+			<-gate
+		}
+		return redistest.Echo(args)
+	}})
+	t.Cleanup(release) // before the backend's, which waits for what it holds
+	return be, release
+}
+
 // TestReadTimeout: a request with no reply within the read timeout fails,
 // with every request after it on its connection, once each and with the
 // timeout's words; the replies before it are kept; the connection is

@@ -3,11 +3,9 @@ package upstream
 import (
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/hotkeyproxy/hotkeyproxy/internal/redistest"
 	"github.com/hotkeyproxy/hotkeyproxy/rewrite"
 )
 
@@ -18,20 +16,7 @@ import (
 func TestDoBlockingApart(t *testing.T) {
 	for _, mode := range []string{"standalone", "cluster"} {
 		t.Run(mode, func(t *testing.T) {
-			gate := make(chan struct{})
-			var released sync.Once
-			release := func() { released.Do(func() { close(gate) }) }
-			// WAIT is answered once the test releases it, as Redis answers
-			// it once replicas acknowledge: meanwhile its connection runs
-			// nothing else.
-			be := redistest.StartBackend(t, redistest.BackendOptions{Answer: func(args []string) redistest.Reply {
-				if args[0] == "WAIT" {
-					<-gate
-					return redistest.Reply{Raw: ":1\r\n"}
-				}
-				return redistest.Echo(args)
-			}})
-			t.Cleanup(release) // before the backend's, which waits for WAITs
+			be, release := holdOn(t, "WAIT")
 			u := &Redis{}
 			if mode == "standalone" {
 				u.Pool = testPool(t, dialer{addr: be.Addr()}, 2, nil)
@@ -74,7 +59,7 @@ func TestDoBlockingApart(t *testing.T) {
 			}
 			release()
 			for range calls {
-				if got := <-replies; !strings.Contains(got, `:1\r\n`) || !strings.Contains(got, `$1\r\nv\r\n`) {
+				if got := <-replies; !strings.Contains(got, `$3\r\n100\r\n`) || !strings.Contains(got, `$1\r\nv\r\n`) {
 					t.Errorf("replies %s, want the SET's and the WAIT's", got)
 				}
 			}

@@ -443,17 +443,8 @@ func TestRoundTripWaitsForEveryNode(t *testing.T) {
 // nodes first: batches that join those writes meanwhile must not wait
 // for the dial.
 func TestRoundTripWritesBeforeDialing(t *testing.T) {
-	gate := make(chan struct{})
-	var released sync.Once
-	release := func() { released.Do(func() { close(gate) }) }
 	fast := redistest.StartBackend(t, redistest.BackendOptions{})
-	hung := redistest.StartBackend(t, redistest.BackendOptions{Answer: func(args []string) redistest.Reply {
-		if args[0] == "HELLO" {
-			<-gate
-		}
-		return redistest.Echo(args)
-	}})
-	t.Cleanup(release) // before the backends', which wait for HELLO
+	hung, release := holdOn(t, "HELLO")
 	c := testCluster(t)
 	c.cfg.DialTimeout = config.Duration(time.Minute)
 	var slots [hashslot.Count]*Node
