@@ -97,10 +97,10 @@ for ((i = 0; i < 3 * MASTERS; i++)); do
 	got=$(redis-cli -c -h 127.0.0.1 -p "${CLUSTER_PORTS[0]}" get "bench:sanity:$i")
 	[[ $got == "via-proxy-$i" ]] || bench_die "hotkeyproxy: wrote via-proxy-$i to bench:sanity:$i, the cluster has '$got'"
 	redis-cli -c -h 127.0.0.1 -p "${CLUSTER_PORTS[0]}" set "bench:sanity:$i" "direct-$i" >/dev/null
-	got=$(redis-cli -h 127.0.0.1 -p "$PROXY_PORT" get "bench:sanity:$i")
-	[[ $got == "direct-$i" ]] || bench_die "hotkeyproxy: bench:sanity:$i is direct-$i in the cluster, the proxy says '$got'"
-	got=$(redis-cli -h 127.0.0.1 -p "$PROXY1_PORT" get "bench:sanity:$i")
-	[[ $got == "direct-$i" ]] || bench_die "hotkeyproxy-1p: bench:sanity:$i is direct-$i in the cluster, the proxy says '$got'"
+	for name in hotkeyproxy hotkeyproxy-1p; do
+		got=$(redis-cli ${ARGS[$name]} get "bench:sanity:$i")
+		[[ $got == "direct-$i" ]] || bench_die "$name: bench:sanity:$i is direct-$i in the cluster, the proxy says '$got'"
+	done
 done
 
 RAW=$BENCH_TMP/raw.tsv # depth test target round rps p50 p99 proxy_us redis_us hit% client_us other%

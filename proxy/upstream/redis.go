@@ -117,11 +117,7 @@ func (u *Redis) Do(reqs []rewrite.Request) [][]byte {
 		}
 		r := u.trips.Get().(*RoundTrip)
 		defer u.trips.Put(r)
-		if blocks(reqs) {
-			r.SetBlocking(true, u.turn.Add(1))
-		} else {
-			r.SetBlocking(false, 0)
-		}
+		r.SetBlocking(u.lane(reqs))
 		var n *Node
 		for _, q := range reqs {
 			if q.Follows && n != nil {
@@ -158,9 +154,9 @@ func (u *Redis) Do(reqs []rewrite.Request) [][]byte {
 	// The replies are returned: Out is the one part never reused.
 	replies, out := replyRoom(len(reqs), 64*len(reqs))
 	b.Out = out
-	if blocks(reqs) {
+	if blocking, id := u.lane(reqs); blocking {
 		var conn *Conn
-		u.Pool.Send(&conn, Key{Blocking: true}, u.turn.Add(1), b)
+		u.Pool.Send(&conn, Key{Blocking: true}, id, b)
 	} else {
 		kept := u.doConn.Load()
 		conn := kept
@@ -178,9 +174,14 @@ func (u *Redis) Do(reqs []rewrite.Request) [][]byte {
 	return replies
 }
 
-// blocks reports whether one of reqs blocks its connection.
-func blocks(reqs []rewrite.Request) bool {
-	return slices.ContainsFunc(reqs, func(q rewrite.Request) bool { return q.Blocks })
+// lane is where Do's call with reqs goes: the shared connections of id 0,
+// or, when one of reqs blocks its connection (Request.Blocks), the next
+// Blocking connection (id from turn).
+func (u *Redis) lane(reqs []rewrite.Request) (blocking bool, id uint64) {
+	if slices.ContainsFunc(reqs, func(q rewrite.Request) bool { return q.Blocks }) {
+		return true, u.turn.Add(1)
+	}
+	return false, 0
 }
 
 // oneReply is Do's room for the reply to one request, made in one piece:
