@@ -32,7 +32,12 @@ func (s *session) markLayout(name string, args [][]byte) {
 	if !ok {
 		return
 	}
-	s.marks = append(s.marks, layoutMark{reply: s.b.N + len(s.cs.cmds), args: args, keyAt: keyAt, failed: failed})
+	// Set in place: a literal appended is built on the stack field by field
+	// and copied in wider moves, which cannot be forwarded from the
+	// narrower stores and stall on every GET.
+	s.marks = append(s.marks, layoutMark{})
+	m := &s.marks[len(s.marks)-1]
+	m.reply, m.args, m.keyAt, m.failed = s.b.N+len(s.cs.cmds), args, keyAt, failed
 }
 
 // unmarkLayout drops the mark of the command just noted: it is answered
