@@ -29,7 +29,6 @@ type clusterCmd struct {
 type clusterState struct {
 	upstream.RoundTrip
 	cmds    []clusterCmd
-	keyIdx  []int
 	replies [][]byte
 
 	ownNode *upstream.Node // the node of session.own
@@ -95,8 +94,8 @@ func (s *session) clusterForward(cmd *resp.Command, c *command) {
 	case slot >= 0:
 		s.queue(t, t.Node(slot), slot, mergeOne, cmd)
 		s.learnScript(cmd, c)
-	case len(s.cs.keyIdx) > 0:
-		s.clusterSplit(t, cmd, c, 1)
+	case len(s.keyIdx) > 0:
+		s.clusterSplit(t, cmd, c, s.keyIdx, 1)
 	default:
 		s.clusterKeyless(t, cmd, c)
 	}
@@ -111,13 +110,12 @@ func (s *session) clusterSlot(cmd *resp.Command, c *command) (t *upstream.Topolo
 		s.replyError(upstream.ErrorText(err))
 		return nil, -1, false
 	}
-	cs := &s.cs
-	cs.keyIdx, _ = keys.Keys(cmd.Args, cs.keyIdx[:0])
-	if len(cs.keyIdx) == 0 {
+	idx := s.keyPositions(keys, cmd)
+	if len(idx) == 0 {
 		return t, -1, true
 	}
-	first := int(hashslot.Of(cmd.Args[cs.keyIdx[0]]))
-	for _, i := range cs.keyIdx[1:] {
+	first := int(hashslot.Of(cmd.Args[idx[0]]))
+	for _, i := range idx[1:] {
 		if int(hashslot.Of(cmd.Args[i])) != first {
 			if c.splits {
 				return t, -1, true
@@ -135,20 +133,20 @@ func (s *session) clusterSlot(cmd *resp.Command, c *command) (t *upstream.Topolo
 }
 
 // clusterSplit sends a multi-key command as one command per slot; each of
-// its keys has per elements in the merged reply.
-func (s *session) clusterSplit(t *upstream.Topology, cmd *resp.Command, c *command, per int) {
+// its keys, at idx in its arguments, has per elements in the merged reply.
+func (s *session) clusterSplit(t *upstream.Topology, cmd *resp.Command, c *command, idx []int, per int) {
 	pairs := c.pairs
 	if pairs && len(cmd.Args)%2 == 0 {
 		// A node would check the slots first and answer CROSSSLOT.
 		s.replyError(rediserr.WrongArity(c.name))
 		return
 	}
-	prefix := cmd.Args[:s.cs.keyIdx[0]]
+	prefix := cmd.Args[:idx[0]]
 	var slots []int
 	var groups [][][]byte
 	group := make(map[int]int)
-	order := make([]int, 0, len(s.cs.keyIdx))
-	for _, i := range s.cs.keyIdx {
+	order := make([]int, 0, len(idx))
+	for _, i := range idx {
 		slot := int(hashslot.Of(cmd.Args[i]))
 		if t.Node(slot) == nil {
 			s.srv.up.Cluster.Refresh()
@@ -231,11 +229,11 @@ func (s *session) clusterKeyless(t *upstream.Topology, cmd *resp.Command, c *com
 		s.cs.Queue(t.Masters[pos.i], -1, nil, a)
 		s.endCmd()
 	case c.cluster == shardNumSub && len(args) > 2:
-		s.cs.keyIdx = s.cs.keyIdx[:0]
+		channels := make([]int, 0, len(args)-2)
 		for i := 2; i < len(args); i++ {
-			s.cs.keyIdx = append(s.cs.keyIdx, i)
+			channels = append(channels, i)
 		}
-		s.clusterSplit(t, cmd, c, 2) // a channel and its count for each
+		s.clusterSplit(t, cmd, c, channels, 2) // a channel and its count for each
 	case c.cluster == firstMaster, c.cluster == shardNumSub:
 		s.queue(t, t.Masters[0], -1, mergeOne, cmd) // where SUBSCRIBE goes
 	case c.cluster == infoMerge:

@@ -33,7 +33,7 @@ func (s *session) hotCommand(cmd *resp.Command, c *command, name string) bool {
 		}
 		return false
 	}
-	idx, _ := table.Keys(cmd.Args, s.keysBuf[:0])
+	idx := s.keyPositions(table, cmd)
 	if sampled {
 		s.observe(table, cmd.Args, idx)
 	}

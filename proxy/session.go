@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hotkeyproxy/hotkeyproxy/internal/keyspec"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/rediserr"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 	"github.com/hotkeyproxy/hotkeyproxy/proxy/upstream"
@@ -124,8 +125,13 @@ type session struct {
 	// this proxy did not know was hot (contract 9): see markLayout.
 	marks []layoutMark
 
+	// keyIdx are the positions of the keys among the arguments of keysOf,
+	// the command being handled, once keyPositions found them: the hot-key
+	// check and the cluster router both need them.
+	keyIdx []int
+	keysOf *resp.Command
+
 	nameBuf [24]byte
-	keysBuf [8]int // hotCommand's key positions, kept off the heap
 }
 
 // newSession is the session of the client on nc, whose replies w writes
@@ -321,6 +327,7 @@ func (s *session) write() bool {
 }
 
 func (s *session) handle(cmd *resp.Command) {
+	s.keysOf = nil // cmd may sit where the last batch's command was
 	c, name := lookup(cmd.Args, &s.nameBuf)
 	s.m.add(s.srv.m, c, s.streaming)
 	if !c.noAuth && !s.mayRun() {
@@ -337,6 +344,17 @@ func (s *session) handle(cmd *resp.Command) {
 		return
 	}
 	s.run(cmd, c, name)
+}
+
+// keyPositions returns the positions of cmd's keys among its arguments, as
+// table gives them (keyspec.Table.Keys), found once per command; the
+// result is valid until the next command is handled.
+func (s *session) keyPositions(table *keyspec.Table, cmd *resp.Command) []int {
+	if s.keysOf != cmd {
+		s.keyIdx, _ = table.Keys(cmd.Args, s.keyIdx[:0])
+		s.keysOf = cmd
+	}
+	return s.keyIdx
 }
 
 // run handles cmd, whose table entry is c and lower-case name name.

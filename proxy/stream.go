@@ -353,7 +353,7 @@ func (s *session) clusterStreaming(cmd *resp.Command, name string) {
 		return
 	}
 	if _, keys, err := s.srv.up.Cluster.Current(); err == nil && len(cs.subs) > 0 {
-		if cs.keyIdx, _ = keys.Keys(cmd.Args, cs.keyIdx[:0]); len(cs.keyIdx) > 0 {
+		if len(s.keyPositions(keys, cmd)) > 0 {
 			s.streamReplyError(rediserr.Subscribed(name))
 			return
 		}
@@ -481,8 +481,7 @@ func (s *session) namesHotKey(cmd *resp.Command) bool {
 	if table == nil {
 		return false
 	}
-	idx, _ := table.Keys(cmd.Args, s.keysBuf[:0])
-	for _, i := range idx {
+	for _, i := range s.keyPositions(table, cmd) {
 		if e.Hot(cmd.Args[i]) {
 			return true
 		}

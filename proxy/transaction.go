@@ -160,7 +160,7 @@ func (s *session) clusterTx(cmd *resp.Command, c *command) bool {
 		s.tx.dirty = true
 		return true
 	}
-	if slot < 0 && len(cs.keyIdx) > 0 { // several slots: nothing splits here
+	if slot < 0 && len(s.keyIdx) > 0 { // several slots: nothing splits here
 		s.replyError(rediserr.CrossSlot)
 		s.tx.dirty = true
 		return true
