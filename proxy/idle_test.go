@@ -1,13 +1,20 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
+	"net"
 	"net/netip"
 	"runtime"
+	"strconv"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/hotkeyproxy/hotkeyproxy/config"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/localredis"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/redistest"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/resp"
 )
 
 // BenchmarkIdleClients reports what an idle client costs the proxy: the
@@ -78,5 +85,61 @@ func readFull(tb testing.TB, fd, n int) {
 			tb.Fatalf("read %d of %d bytes: %v", got, n, err)
 		}
 		got += m
+	}
+}
+
+// TestBigCommandLeavesNoMemory: a client that once sent a command of many
+// keys holds nothing for them once it waits idle, with a hot-key rule in
+// force (the key positions of every command are looked up): not their
+// positions, not the parser's offsets of its arguments.
+func TestBigCommandLeavesNoMemory(t *testing.T) {
+	const (
+		clients = 10
+		keys    = 50000
+		kept    = 64 << 10 // bytes each client may still hold: small buffers kept for reuse
+	)
+	up := redistest.Start(t, localredis.Options{}).Addr()
+	addr := startTestProxy(t, up, func(c *config.Config) {
+		c.Hotkeys.Keys = []config.KeyRule{{Match: "stock:*", Buckets: 4}}
+	})
+	args := [][]byte{[]byte("DEL")} // a reply of a few bytes: only the request is big
+	for i := range keys {
+		args = append(args, []byte("k"+strconv.Itoa(i)))
+	}
+	del := resp.AppendCommand(nil, args...)
+	ping := resp.AppendCommand(nil, []byte("PING"))
+	type client struct {
+		nc net.Conn
+		br *bufio.Reader
+	}
+	do := func(c client, req []byte, want string) {
+		t.Helper()
+		if _, err := c.nc.Write(req); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := resp.ReadReply(c.br, nil); err != nil || string(r) != want {
+			t.Fatalf("got %q, %v; want %q", r, err, want)
+		}
+	}
+	conns := make([]client, clients)
+	for i := range conns {
+		nc, br, err := dialClient(addr, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nc.Close() })
+		conns[i] = client{nc, br}
+		do(conns[i], ping, "+PONG\r\n")
+	}
+	before := memInUse()
+	for _, c := range conns {
+		do(c, del, ":0\r\n")
+		do(c, ping, "+PONG\r\n")
+	}
+	after := memInUse()
+	grown := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("%d bytes more on the heap for %d idle clients", grown, clients)
+	if grown > clients*kept {
+		t.Fatalf("%d idle clients hold %d bytes more after one DEL of %d keys each (at most %d each)", clients, grown, keys, kept)
 	}
 }

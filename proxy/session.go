@@ -40,6 +40,10 @@ const (
 // Redis serves those (the query buffer limit then bounds its replies).
 const stallGrace = time.Second
 
+// keyIdxKept is the most key positions a session keeps for the next
+// command; a command of more gets room of its own.
+const keyIdxKept = 256
+
 // session is one client connection. Its goroutine reads a pipeline of
 // commands, relays them upstream as one batch, and writes the replies back
 // in request order.
@@ -204,6 +208,9 @@ func (s *session) serve() {
 			if s.handle(&cmds[i]); s.quit {
 				break
 			}
+		}
+		if cap(s.keyIdx) > keyIdxKept {
+			s.keyIdx, s.keysOf = nil, nil // one command of many keys should not pin them
 		}
 		s.flush()
 		s.publish()

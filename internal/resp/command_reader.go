@@ -15,6 +15,9 @@ import (
 const (
 	minArgs     = 4
 	maxArgsKept = 4096
+	// maxMarksKept is the most argument offsets (two an argument) an idle
+	// reader keeps: one command of many arguments should not pin them.
+	maxMarksKept = 128
 )
 
 // Limits Redis applies to what a client sends (networking.c, Redis 7.0).
@@ -189,6 +192,9 @@ func (r *CommandReader) ReadCommands() ([]Command, error) {
 		}
 		if r.start == r.end {
 			r.args = nil // may wait long: an idle client keeps none
+			if cap(r.partial.marks) > maxMarksKept {
+				r.partial.marks = nil
+			}
 		}
 		n, err := r.read()
 		r.end += n
