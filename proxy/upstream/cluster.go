@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -107,6 +108,10 @@ type Cluster struct {
 	mu    sync.Mutex
 	nodes map[string]*Node // every node ever named, by address
 	err   error            // why the last load failed; nil after a success
+	// logged is that failure's text as logged, without the local ends of
+	// its connections, whose ports change with every attempt: a failure
+	// is logged once, until another one or a success.
+	logged string
 
 	scripts *ScriptCache
 }
@@ -127,9 +132,7 @@ func newCluster(cfg *config.Upstream, tlsBase *tls.Config, log *slog.Logger, m M
 
 		scripts: newScriptCache(),
 	}
-	if err := c.load(); err != nil {
-		log.Warn("cluster slot map not loaded; retrying", "err", err)
-	}
+	c.load() // a failure is logged, and the refresh loop retries
 	go c.refreshLoop()
 	return c
 }
@@ -227,22 +230,31 @@ func (c *Cluster) load() error {
 		err := c.loadFrom(c.Node(a))
 		if err == nil {
 			c.mu.Lock()
-			c.err = nil
+			failed := c.err != nil
+			c.err, c.logged = nil, ""
 			c.mu.Unlock()
+			if failed {
+				c.log.Info("cluster slot map loaded again", "from", a)
+			}
 			return nil
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", a, err))
 	}
 	err := errors.Join(errs...)
+	text := localEnd.ReplaceAllString(err.Error(), "")
 	c.mu.Lock()
-	changed := c.err == nil || c.err.Error() != err.Error()
-	c.err = fmt.Errorf("cluster slot map: %w", err)
+	changed := text != c.logged
+	c.err, c.logged = fmt.Errorf("cluster slot map: %w", err), text
 	c.mu.Unlock()
 	if changed {
 		c.log.Warn("cannot load the cluster slot map", "err", err)
 	}
 	return err
 }
+
+// localEnd matches the local end of a connection in a net.OpError's text
+// ("read tcp 127.0.0.1:41088->127.0.0.1:7000: i/o timeout").
+var localEnd = regexp.MustCompile(`\S+->`)
 
 func (c *Cluster) loadFrom(n *Node) error {
 	req := resp.AppendCommand(nil, []byte("CLUSTER"), []byte("SLOTS"))
