@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
 	"github.com/hotkeyproxy/hotkeyproxy/internal/hashslot"
@@ -44,9 +45,9 @@ type Layout struct {
 	// (journal.go): in the marker, so that every proxy journals it.
 	Journal bool
 
-	// byMaster are the bucket numbers grouped by the master serving
-	// them when this proxy took the layout up, for the start bucket.
-	byMaster [][]int
+	// byMaster are the buckets grouped by the master serving them when
+	// this proxy took the layout up, for the start bucket.
+	byMaster []masterGroup
 	// keys are the buckets' keys, made once when this proxy took the
 	// layout up: a deduct names its bucket without building the name.
 	keys [][]byte
@@ -62,20 +63,31 @@ func (l *Layout) nameBuckets() {
 	l.keys = keys
 }
 
+// masterGroup is the buckets of a layout that one master serves. open is
+// set while a deduct that drew this master lets the deducts ready to run
+// start here too (Engine.startBucket).
+type masterGroup struct {
+	buckets []int
+	open    atomic.Bool
+}
+
 // groupByMaster sets byMaster from owner, the index of the master serving
 // a slot (-1 for none: such buckets form a group of their own).
 func (l *Layout) groupByMaster(owner func(slot uint16) int) {
-	group := make(map[int]int)
-	l.byMaster = nil
+	group := make(map[int]int) // master → its index in byMaster
+	of := make([]int, l.N())
 	for i, tag := range l.Tags {
 		m := owner(hashslot.Of([]byte(tag)))
 		g, ok := group[m]
 		if !ok {
-			g = len(l.byMaster)
+			g = len(group)
 			group[m] = g
-			l.byMaster = append(l.byMaster, nil)
 		}
-		l.byMaster[g] = append(l.byMaster[g], i)
+		of[i] = g
+	}
+	l.byMaster = make([]masterGroup, len(group))
+	for i, g := range of {
+		l.byMaster[g].buckets = append(l.byMaster[g].buckets, i)
 	}
 }
 

@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"errors"
+	"runtime"
 	"time"
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
@@ -24,6 +25,14 @@ func (h *hotKey) estimate(l *Layout) int64 {
 // or fixed per client (route: client). A master is chosen first, then one
 // of its buckets, so that each master takes an equal share of the deducts
 // whatever N mod M is (8 buckets over 3 masters: ⅓ each, not 3/8 and 2/8).
+//
+// Drawn at random, the deducts that are ready to run together start on
+// one master: the first draws it and yields before it sends, and the
+// others find it open and join it. They then share one write to that
+// master and one read of its replies, for the proxy and for Redis, where
+// spread over M masters they would take M of each. Only the first of
+// each such group draws, so each master's share stays equal whatever the
+// other traffic on the masters.
 func (e *Engine) startBucket(h *hotKey, l *Layout, client uint64) int {
 	perClient := h.conf.Load().rule.Route == config.RouteClient
 	groups := l.byMaster
@@ -34,11 +43,21 @@ func (e *Engine) startBucket(h *hotKey, l *Layout, client uint64) int {
 		return e.intN(l.N())
 	}
 	if perClient {
-		g := groups[client%uint64(len(groups))]
+		g := groups[client%uint64(len(groups))].buckets
 		return g[client/uint64(len(groups))%uint64(len(g))]
 	}
-	g := groups[e.intN(len(groups))]
-	return g[e.intN(len(g))]
+	first := e.intN(len(groups))
+	for i := range groups {
+		if g := &groups[(first+i)%len(groups)]; g.open.Load() {
+			return g.buckets[e.intN(len(g.buckets))]
+		}
+	}
+	g := &groups[first]
+	if g.open.CompareAndSwap(false, true) {
+		runtime.Gosched()
+		g.open.Store(false)
+	}
+	return g.buckets[e.intN(len(g.buckets))]
 }
 
 // soldOut reports whether a deduct of amount can be answered "sold out"

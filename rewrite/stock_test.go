@@ -2,7 +2,10 @@ package rewrite
 
 import (
 	"log/slog"
+	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -339,6 +342,68 @@ func TestStartBucketShare(t *testing.T) {
 					t.Errorf("%s, %d buckets over %d masters: %d masters start deducts, want %d", route, n, m, len(share), min(m, n))
 				}
 			}
+		}
+	}
+}
+
+// TestStartBucketJoinsOpenMaster: a deduct that finds a master open (a
+// deduct that drew it is yielding before it sends) starts on that
+// master's buckets, spread evenly over them; deducts ready to run
+// together all start on one master, which no group keeps open after.
+func TestStartBucketJoinsOpenMaster(t *testing.T) {
+	const masters, buckets = 3, 8
+	owner := func(s uint16) int { return int(s) * masters / hashslot.Count }
+	masterOf := func(l *Layout, b int) int { return owner(hashslot.Of([]byte(l.Tags[b]))) }
+	cfg := config.Default()
+	cfg.Hotkeys.Keys = []config.KeyRule{{Match: "k", Buckets: buckets, Route: config.RouteRandom}}
+	e := New(&fakeUpstream{t: t}, cfg, slog.New(slog.DiscardHandler))
+	h := e.key([]byte("k"))
+	l := Place("k", buckets, masters, owner)
+	l.groupByMaster(owner)
+
+	open := &l.byMaster[1]
+	open.open.Store(true)
+	const draws = 9000
+	share := make(map[int]int)
+	for range draws {
+		b := e.startBucket(h, l, 0)
+		if m, want := masterOf(l, b), masterOf(l, open.buckets[0]); m != want {
+			t.Fatalf("bucket %d on master %d, while master %d is open", b, m, want)
+		}
+		share[b]++
+	}
+	for _, b := range open.buckets {
+		if want := draws / len(open.buckets); share[b] < want*9/10 || share[b] > want*11/10 {
+			t.Errorf("bucket %d starts %d of %d deducts, want %d ±10%%", b, share[b], draws, want)
+		}
+	}
+	open.open.Store(false)
+
+	// On one scheduler thread, goroutines started together run one after
+	// another, so the first's yield lets the others draw before it is
+	// done; now and then the scheduler resumes it first (to be fair to
+	// its global queue). Drawn apart, 8 would all pick one master once in
+	// 2,187 rounds.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	const rounds = 40
+	joined := 0
+	for range rounds {
+		var wg sync.WaitGroup
+		got := make([]int, 8)
+		for i := range got {
+			wg.Go(func() { got[i] = masterOf(l, e.startBucket(h, l, 0)) })
+		}
+		wg.Wait()
+		if !slices.ContainsFunc(got, func(m int) bool { return m != got[0] }) {
+			joined++
+		}
+	}
+	if joined < rounds*3/4 {
+		t.Errorf("8 deducts ready together started on one master in %d of %d rounds, want %d or more", joined, rounds, rounds*3/4)
+	}
+	for i := range l.byMaster {
+		if l.byMaster[i].open.Load() {
+			t.Errorf("master group %d left open", i)
 		}
 	}
 }
