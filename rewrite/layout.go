@@ -63,12 +63,12 @@ func (l *Layout) nameBuckets() {
 	l.keys = keys
 }
 
-// masterGroup is the buckets of a layout that one master serves. open is
-// set while a deduct that drew this master lets the deducts ready to run
-// start here too (Engine.startBucket).
+// masterGroup is the buckets of a layout that one master serves. seats
+// is 0, or while a deduct that drew this master lets the deducts ready
+// to run start here too (Engine.startBucket), 1 + the seats left for them.
 type masterGroup struct {
 	buckets []int
-	open    atomic.Bool
+	seats   atomic.Int32
 }
 
 // groupByMaster sets byMaster from owner, the index of the master serving

@@ -27,12 +27,14 @@ func (h *hotKey) estimate(l *Layout) int64 {
 // whatever N mod M is (8 buckets over 3 masters: ⅓ each, not 3/8 and 2/8).
 //
 // Drawn at random, the deducts that are ready to run together start on
-// one master: the first draws it and yields before it sends, and the
-// others find it open and join it. They then share one write to that
-// master and one read of its replies, for the proxy and for Redis, where
-// spread over M masters they would take M of each. Only the first of
-// each such group draws, so each master's share stays equal whatever the
-// other traffic on the masters.
+// one master, up to joinSeats of them behind the first: it draws the
+// master and yields before it sends, and the others find a seat there.
+// They then share one write to that master and one read of its replies,
+// for the proxy and for Redis, where spread over M masters they would
+// take M of each. Only the first of each such group draws, so each
+// master's share stays equal whatever the other traffic on the masters;
+// the seats keep a crowd (a thousand clients answered at once) in many
+// small groups, so no master waits for work while another has it all.
 func (e *Engine) startBucket(h *hotKey, l *Layout, client uint64) int {
 	perClient := h.conf.Load().rule.Route == config.RouteClient
 	groups := l.byMaster
@@ -48,17 +50,22 @@ func (e *Engine) startBucket(h *hotKey, l *Layout, client uint64) int {
 	}
 	first := e.intN(len(groups))
 	for i := range groups {
-		if g := &groups[(first+i)%len(groups)]; g.open.Load() {
+		g := &groups[(first+i)%len(groups)]
+		if n := g.seats.Load(); n > 1 && g.seats.CompareAndSwap(n, n-1) {
 			return g.buckets[e.intN(len(g.buckets))]
 		}
 	}
 	g := &groups[first]
-	if g.open.CompareAndSwap(false, true) {
+	if g.seats.CompareAndSwap(0, 1+joinSeats) {
 		runtime.Gosched()
-		g.open.Store(false)
+		g.seats.Store(0)
 	}
 	return g.buckets[e.intN(len(g.buckets))]
 }
+
+// joinSeats is how many deducts may join the first on a master: 16 share
+// a write, which takes nearly all of the saving (1/16 of a write each).
+const joinSeats = 15
 
 // soldOut reports whether a deduct of amount can be answered "sold out"
 // without Redis: one was, within soldout_ttl. When that has expired, one

@@ -346,10 +346,11 @@ func TestStartBucketShare(t *testing.T) {
 	}
 }
 
-// TestStartBucketJoinsOpenMaster: a deduct that finds a master open (a
-// deduct that drew it is yielding before it sends) starts on that
-// master's buckets, spread evenly over them; deducts ready to run
-// together all start on one master, which no group keeps open after.
+// TestStartBucketJoinsOpenMaster: a deduct that finds a seat on a master
+// (a deduct that drew it is yielding before it sends) starts on that
+// master's buckets, spread evenly over them, until the seats are taken;
+// deducts ready to run together all start on one master, which no group
+// keeps open after.
 func TestStartBucketJoinsOpenMaster(t *testing.T) {
 	const masters, buckets = 3, 8
 	owner := func(s uint16) int { return int(s) * masters / hashslot.Count }
@@ -362,13 +363,13 @@ func TestStartBucketJoinsOpenMaster(t *testing.T) {
 	l.groupByMaster(owner)
 
 	open := &l.byMaster[1]
-	open.open.Store(true)
 	const draws = 9000
+	open.seats.Store(1 + draws)
 	share := make(map[int]int)
 	for range draws {
 		b := e.startBucket(h, l, 0)
 		if m, want := masterOf(l, b), masterOf(l, open.buckets[0]); m != want {
-			t.Fatalf("bucket %d on master %d, while master %d is open", b, m, want)
+			t.Fatalf("bucket %d on master %d, while master %d has seats", b, m, want)
 		}
 		share[b]++
 	}
@@ -377,7 +378,18 @@ func TestStartBucketJoinsOpenMaster(t *testing.T) {
 			t.Errorf("bucket %d starts %d of %d deducts, want %d ±10%%", b, share[b], draws, want)
 		}
 	}
-	open.open.Store(false)
+	// The seats taken, the next deducts draw for themselves, and none
+	// takes the first one's place.
+	others := 0
+	for range 300 {
+		if masterOf(l, e.startBucket(h, l, 0)) != masterOf(l, open.buckets[0]) {
+			others++
+		}
+	}
+	if n := open.seats.Load(); n != 1 || others < 100 {
+		t.Errorf("with every seat taken: seats %d (want 1), %d of 300 deducts on the other masters (want about 200)", n, others)
+	}
+	open.seats.Store(0)
 
 	// On one scheduler thread, goroutines started together run one after
 	// another, so the first's yield lets the others draw before it is
@@ -402,8 +414,8 @@ func TestStartBucketJoinsOpenMaster(t *testing.T) {
 		t.Errorf("8 deducts ready together started on one master in %d of %d rounds, want %d or more", joined, rounds, rounds*3/4)
 	}
 	for i := range l.byMaster {
-		if l.byMaster[i].open.Load() {
-			t.Errorf("master group %d left open", i)
+		if n := l.byMaster[i].seats.Load(); n != 0 {
+			t.Errorf("master group %d left with seats %d", i, n)
 		}
 	}
 }
