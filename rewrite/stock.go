@@ -35,8 +35,12 @@ func (h *hotKey) estimate(l *Layout) int64 {
 // master's share stays equal whatever the other traffic on the masters;
 // the seats keep a crowd (a thousand clients answered at once) in many
 // small groups, so no master waits for work while another has it all.
+// A key whose changes wait for replicas is not grouped: each deduct goes
+// on a connection of its own that its WAIT blocks, so a group would share
+// no write and would queue on the master's few such connections.
 func (e *Engine) startBucket(h *hotKey, l *Layout, client uint64) int {
-	perClient := h.conf.Load().rule.Route == config.RouteClient
+	rule := &h.conf.Load().rule
+	perClient := rule.Route == config.RouteClient
 	groups := l.byMaster
 	if len(groups) <= 1 {
 		if perClient {
@@ -49,6 +53,10 @@ func (e *Engine) startBucket(h *hotKey, l *Layout, client uint64) int {
 		return g[client/uint64(len(groups))%uint64(len(g))]
 	}
 	first := e.intN(len(groups))
+	if rule.WaitReplicas > 0 {
+		g := groups[first].buckets
+		return g[e.intN(len(g))]
+	}
 	for i := range groups {
 		g := &groups[(first+i)%len(groups)]
 		if n := g.seats.Load(); n > 1 && g.seats.CompareAndSwap(n, n-1) {

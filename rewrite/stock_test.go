@@ -419,3 +419,31 @@ func TestStartBucketJoinsOpenMaster(t *testing.T) {
 		}
 	}
 }
+
+// TestStartBucketWaitingKeyNotGrouped: a key whose changes wait for
+// replicas takes no seat on an open master: its deducts spread over the
+// masters as drawn.
+func TestStartBucketWaitingKeyNotGrouped(t *testing.T) {
+	const masters, buckets, draws = 3, 8, 3000
+	owner := func(s uint16) int { return int(s) * masters / hashslot.Count }
+	cfg := config.Default()
+	cfg.Hotkeys.Keys = []config.KeyRule{{Match: "k", Buckets: buckets, Route: config.RouteRandom,
+		WaitReplicas: 1, WaitTimeout: config.Duration(100 * time.Millisecond)}}
+	e := New(&fakeUpstream{t: t}, cfg, slog.New(slog.DiscardHandler))
+	h := e.key([]byte("k"))
+	l := Place("k", buckets, masters, owner)
+	l.groupByMaster(owner)
+	l.byMaster[1].seats.Store(1 + draws)
+	share := make(map[int]int)
+	for range draws {
+		share[owner(hashslot.Of([]byte(l.Tags[e.startBucket(h, l, 0)])))]++
+	}
+	for m := range masters {
+		if share[m] < draws/masters*9/10 || share[m] > draws/masters*11/10 {
+			t.Errorf("master %d starts %d of %d deducts, want %d ±10%%: %v", m, share[m], draws, draws/masters, share)
+		}
+	}
+	if n := l.byMaster[1].seats.Load(); n != 1+draws {
+		t.Errorf("seats %d, want %d untouched", n, 1+draws)
+	}
+}
