@@ -45,9 +45,11 @@ type Layout struct {
 	// (journal.go): in the marker, so that every proxy journals it.
 	Journal bool
 
-	// byMaster are the buckets grouped by the master serving them when
-	// this proxy took the layout up, for the start bucket.
-	byMaster []masterGroup
+	// byMaster are the bucket numbers grouped by the master serving them
+	// when this proxy took the layout up, and starts counts the deducts
+	// started on them since, for the start bucket (Engine.startBucket).
+	byMaster [][]int
+	starts   *atomic.Uint64
 	// keys are the buckets' keys, made once when this proxy took the
 	// layout up: a deduct names its bucket without building the name.
 	keys [][]byte
@@ -63,32 +65,24 @@ func (l *Layout) nameBuckets() {
 	l.keys = keys
 }
 
-// masterGroup is the buckets of a layout that one master serves. seats
-// is 0, or while a deduct that drew this master lets the deducts ready
-// to run start here too (Engine.startBucket), 1 + the seats left for them.
-type masterGroup struct {
-	buckets []int
-	seats   atomic.Int32
-}
-
 // groupByMaster sets byMaster from owner, the index of the master serving
-// a slot (-1 for none: such buckets form a group of their own).
+// a slot (-1 for none: such buckets form a group of their own), and
+// starts the turns at a random master.
 func (l *Layout) groupByMaster(owner func(slot uint16) int) {
-	group := make(map[int]int) // master → its index in byMaster
-	of := make([]int, l.N())
+	group := make(map[int]int)
+	l.byMaster = nil
 	for i, tag := range l.Tags {
 		m := owner(hashslot.Of([]byte(tag)))
 		g, ok := group[m]
 		if !ok {
-			g = len(group)
+			g = len(l.byMaster)
 			group[m] = g
+			l.byMaster = append(l.byMaster, nil)
 		}
-		of[i] = g
+		l.byMaster[g] = append(l.byMaster[g], i)
 	}
-	l.byMaster = make([]masterGroup, len(group))
-	for i, g := range of {
-		l.byMaster[g].buckets = append(l.byMaster[g].buckets, i)
-	}
+	l.starts = new(atomic.Uint64)
+	l.starts.Store(uint64(rand.IntN(len(l.byMaster))) * startRun)
 }
 
 // N is the number of buckets.

@@ -2,7 +2,6 @@ package rewrite
 
 import (
 	"errors"
-	"runtime"
 	"time"
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
@@ -26,18 +25,19 @@ func (h *hotKey) estimate(l *Layout) int64 {
 // of its buckets, so that each master takes an equal share of the deducts
 // whatever N mod M is (8 buckets over 3 masters: ⅓ each, not 3/8 and 2/8).
 //
-// Drawn at random, the deducts that are ready to run together start on
-// one master, up to joinSeats of them behind the first: it draws the
-// master and yields before it sends, and the others find a seat there.
-// They then share one write to that master and one read of its replies,
-// for the proxy and for Redis, where spread over M masters they would
-// take M of each. Only the first of each such group draws, so each
-// master's share stays equal whatever the other traffic on the masters;
-// the seats keep a crowd (a thousand clients answered at once) in many
-// small groups, so no master waits for work while another has it all.
-// A key whose changes wait for replicas is not grouped: each deduct goes
-// on a connection of its own that its WAIT blocks, so a group would share
-// no write and would queue on the master's few such connections.
+// Drawn at random, the masters take the deducts in turn, startRun each,
+// and each deduct starts on a random bucket of its master. The deducts
+// that arrive together then mostly go to one master, where they share
+// one write and one read of its replies (the upstream connection sends
+// in one write the batches queued while its writer yields), for the
+// proxy and for Redis, where spread over M masters they would take M of
+// each. The turns give each master its exact share whatever the other
+// traffic on the masters, and keep a crowd (a thousand clients answered
+// at once) in many small runs, so no master waits for work while
+// another has it all. A key whose changes wait for replicas takes a
+// random master each time: each of its deducts goes on a connection of
+// its own that its WAIT blocks, so a run would share no write and would
+// queue on the master's few such connections.
 func (e *Engine) startBucket(h *hotKey, l *Layout, client uint64) int {
 	rule := &h.conf.Load().rule
 	perClient := rule.Route == config.RouteClient
@@ -48,32 +48,23 @@ func (e *Engine) startBucket(h *hotKey, l *Layout, client uint64) int {
 		}
 		return e.intN(l.N())
 	}
-	if perClient {
-		g := groups[client%uint64(len(groups))].buckets
+	var g []int
+	switch {
+	case perClient:
+		g = groups[client%uint64(len(groups))]
 		return g[client/uint64(len(groups))%uint64(len(g))]
+	case rule.WaitReplicas > 0:
+		g = groups[e.intN(len(groups))]
+	default:
+		g = groups[(l.starts.Add(1)-1)/startRun%uint64(len(groups))]
 	}
-	first := e.intN(len(groups))
-	if rule.WaitReplicas > 0 {
-		g := groups[first].buckets
-		return g[e.intN(len(g))]
-	}
-	for i := range groups {
-		g := &groups[(first+i)%len(groups)]
-		if n := g.seats.Load(); n > 1 && g.seats.CompareAndSwap(n, n-1) {
-			return g.buckets[e.intN(len(g.buckets))]
-		}
-	}
-	g := &groups[first]
-	if g.seats.CompareAndSwap(0, 1+joinSeats) {
-		runtime.Gosched()
-		g.seats.Store(0)
-	}
-	return g.buckets[e.intN(len(g.buckets))]
+	return g[e.intN(len(g))]
 }
 
-// joinSeats is how many deducts may join the first on a master: 16 share
-// a write, which takes nearly all of the saving (1/16 of a write each).
-const joinSeats = 15
+// startRun is how many deducts in a row a master takes: 16 that arrive
+// together share a write, which takes nearly all of the saving (1/16 of a
+// write each).
+const startRun = 16
 
 // soldOut reports whether a deduct of amount can be answered "sold out"
 // without Redis: one was, within soldout_ttl. When that has expired, one

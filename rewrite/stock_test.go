@@ -2,8 +2,6 @@ package rewrite
 
 import (
 	"log/slog"
-	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -346,12 +344,10 @@ func TestStartBucketShare(t *testing.T) {
 	}
 }
 
-// TestStartBucketJoinsOpenMaster: a deduct that finds a seat on a master
-// (a deduct that drew it is yielding before it sends) starts on that
-// master's buckets, spread evenly over them, until the seats are taken;
-// deducts ready to run together all start on one master, which no group
-// keeps open after.
-func TestStartBucketJoinsOpenMaster(t *testing.T) {
+// TestStartBucketRuns: drawn at random, the masters take the deducts in
+// turn, startRun in a row each, a random bucket of the master each time,
+// and from many goroutines at once every master gets exactly its share.
+func TestStartBucketRuns(t *testing.T) {
 	const masters, buckets = 3, 8
 	owner := func(s uint16) int { return int(s) * masters / hashslot.Count }
 	masterOf := func(l *Layout, b int) int { return owner(hashslot.Of([]byte(l.Tags[b]))) }
@@ -362,67 +358,60 @@ func TestStartBucketJoinsOpenMaster(t *testing.T) {
 	l := Place("k", buckets, masters, owner)
 	l.groupByMaster(owner)
 
-	open := &l.byMaster[1]
-	const draws = 9000
-	open.seats.Store(1 + draws)
+	// Align on a turn's start, then follow the turns.
+	for l.starts.Load()%startRun != 0 {
+		e.startBucket(h, l, 0)
+	}
+	const turns = 600
 	share := make(map[int]int)
-	for range draws {
-		b := e.startBucket(h, l, 0)
-		if m, want := masterOf(l, b), masterOf(l, open.buckets[0]); m != want {
-			t.Fatalf("bucket %d on master %d, while master %d has seats", b, m, want)
+	last := -1
+	for turn := range turns {
+		m := masterOf(l, e.startBucket(h, l, 0))
+		if turn > 0 && m == last {
+			t.Fatalf("turn %d on master %d again", turn, m)
 		}
-		share[b]++
+		for i := 1; i < startRun; i++ {
+			b := e.startBucket(h, l, 0)
+			if got := masterOf(l, b); got != m {
+				t.Fatalf("turn %d: deduct %d on master %d, the turn's first on %d", turn, i, got, m)
+			}
+			share[b]++
+		}
+		last = m
 	}
-	for _, b := range open.buckets {
-		if want := draws / len(open.buckets); share[b] < want*9/10 || share[b] > want*11/10 {
-			t.Errorf("bucket %d starts %d of %d deducts, want %d ±10%%", b, share[b], draws, want)
+	for _, g := range l.byMaster {
+		want := turns / masters * (startRun - 1) / len(g)
+		for _, b := range g {
+			if share[b] < want*9/10 || share[b] > want*11/10 {
+				t.Errorf("bucket %d starts %d deducts, want %d ±10%%", b, share[b], want)
+			}
 		}
 	}
-	// The seats taken, the next deducts draw for themselves, and none
-	// takes the first one's place.
-	others := 0
-	for range 300 {
-		if masterOf(l, e.startBucket(h, l, 0)) != masterOf(l, open.buckets[0]) {
-			others++
-		}
-	}
-	if n := open.seats.Load(); n != 1 || others < 100 {
-		t.Errorf("with every seat taken: seats %d (want 1), %d of 300 deducts on the other masters (want about 200)", n, others)
-	}
-	open.seats.Store(0)
 
-	// On one scheduler thread, goroutines started together run one after
-	// another, so the first's yield lets the others draw before it is
-	// done; now and then the scheduler resumes it first (to be fair to
-	// its global queue). Drawn apart, 8 would all pick one master once in
-	// 2,187 rounds.
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	const rounds = 40
-	joined := 0
-	for range rounds {
-		var wg sync.WaitGroup
-		got := make([]int, 8)
-		for i := range got {
-			wg.Go(func() { got[i] = masterOf(l, e.startBucket(h, l, 0)) })
-		}
-		wg.Wait()
-		if !slices.ContainsFunc(got, func(m int) bool { return m != got[0] }) {
-			joined++
-		}
+	const workers, each = 8, masters * startRun * 50
+	per := make([][masters]int, workers)
+	var wg sync.WaitGroup
+	for w := range per {
+		wg.Go(func() {
+			for range each {
+				per[w][masterOf(l, e.startBucket(h, l, 0))]++
+			}
+		})
 	}
-	if joined < rounds*3/4 {
-		t.Errorf("8 deducts ready together started on one master in %d of %d rounds, want %d or more", joined, rounds, rounds*3/4)
-	}
-	for i := range l.byMaster {
-		if n := l.byMaster[i].seats.Load(); n != 0 {
-			t.Errorf("master group %d left with seats %d", i, n)
+	wg.Wait()
+	for m := range masters {
+		got := 0
+		for w := range per {
+			got += per[w][m]
+		}
+		if want := workers * each / masters; got != want {
+			t.Errorf("from %d goroutines at once: master %d starts %d deducts, want exactly %d", workers, m, got, want)
 		}
 	}
 }
 
 // TestStartBucketWaitingKeyNotGrouped: a key whose changes wait for
-// replicas takes no seat on an open master: its deducts spread over the
-// masters as drawn.
+// replicas takes no turns: each deduct draws its master.
 func TestStartBucketWaitingKeyNotGrouped(t *testing.T) {
 	const masters, buckets, draws = 3, 8, 3000
 	owner := func(s uint16) int { return int(s) * masters / hashslot.Count }
@@ -433,17 +422,26 @@ func TestStartBucketWaitingKeyNotGrouped(t *testing.T) {
 	h := e.key([]byte("k"))
 	l := Place("k", buckets, masters, owner)
 	l.groupByMaster(owner)
-	l.byMaster[1].seats.Store(1 + draws)
+	start := l.starts.Load()
 	share := make(map[int]int)
+	runs, last := 0, -1
 	for range draws {
-		share[owner(hashslot.Of([]byte(l.Tags[e.startBucket(h, l, 0)])))]++
+		m := owner(hashslot.Of([]byte(l.Tags[e.startBucket(h, l, 0)])))
+		share[m]++
+		if m != last {
+			runs++
+		}
+		last = m
 	}
 	for m := range masters {
 		if share[m] < draws/masters*9/10 || share[m] > draws/masters*11/10 {
 			t.Errorf("master %d starts %d of %d deducts, want %d ±10%%: %v", m, share[m], draws, draws/masters, share)
 		}
 	}
-	if n := l.byMaster[1].seats.Load(); n != 1+draws {
-		t.Errorf("seats %d, want %d untouched", n, 1+draws)
+	// Drawn each time, the master changes at 2 of 3 deducts; in turns of
+	// startRun, at 1 of 16.
+	if runs < draws/2 || l.starts.Load() != start {
+		t.Errorf("%d runs of one master in %d deducts (want about %d), turns counter %d → %d (want unchanged)",
+			runs, draws, draws*2/3, start, l.starts.Load())
 	}
 }
