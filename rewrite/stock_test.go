@@ -439,7 +439,7 @@ func TestStartBucketWaitingKeyNotGrouped(t *testing.T) {
 		}
 	}
 	// Drawn each time, the master changes at 2 of 3 deducts; in turns of
-	// startRun, at 1 of 16.
+	// startRun, once a turn.
 	if runs < draws/2 || l.starts.Load() != start {
 		t.Errorf("%d runs of one master in %d deducts (want about %d), turns counter %d → %d (want unchanged)",
 			runs, draws, draws*2/3, start, l.starts.Load())
