@@ -31,10 +31,11 @@ func (h *hotKey) estimate(l *Layout) int64 {
 // one write and one read of its replies (the upstream connection sends
 // in one write the batches queued while its writer yields), for the
 // proxy and for Redis, where spread over M masters they would take M of
-// each. The turns give each master its exact share whatever the other
-// traffic on the masters, and keep a crowd (a thousand clients answered
-// at once) in many small runs, so no master waits for work while
-// another has it all. A key whose changes wait for replicas takes a
+// each. The turns give each master its share whatever the other traffic
+// on the masters (to within one turn a recheck: each reading of the
+// layout starts its turns at a random master), and keep a crowd (a
+// thousand clients answered at once) in many small runs, so no master
+// waits for work while another has it all. A key whose changes wait for replicas takes a
 // random master each time: each of its deducts goes on a connection of
 // its own that its WAIT blocks, so a run would share no write and would
 // queue on the master's few such connections.
