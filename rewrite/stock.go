@@ -35,10 +35,10 @@ func (h *hotKey) estimate(l *Layout) int64 {
 // on the masters (to within one turn a recheck: each reading of the
 // layout starts its turns at a random master), and keep a crowd (a
 // thousand clients answered at once) in many small runs, so no master
-// waits for work while another has it all. A key whose changes wait for replicas takes a
-// random master each time: each of its deducts goes on a connection of
-// its own that its WAIT blocks, so a run would share no write and would
-// queue on the master's few such connections.
+// waits for work while another has it all. A key whose changes wait for
+// replicas takes a random master each time: each of its deducts goes on
+// a connection of its own that its WAIT blocks, so a run would share no
+// write and would queue on the master's few such connections.
 func (e *Engine) startBucket(h *hotKey, l *Layout, client uint64) int {
 	rule := &h.conf.Load().rule
 	perClient := rule.Route == config.RouteClient
@@ -49,14 +49,14 @@ func (e *Engine) startBucket(h *hotKey, l *Layout, client uint64) int {
 		}
 		return e.intN(l.N())
 	}
-	var g []int
-	switch {
-	case perClient:
-		g = groups[client%uint64(len(groups))]
+	if perClient {
+		g := groups[client%uint64(len(groups))]
 		return g[client/uint64(len(groups))%uint64(len(g))]
-	case rule.WaitReplicas > 0:
+	}
+	var g []int
+	if rule.WaitReplicas > 0 {
 		g = groups[e.intN(len(groups))]
-	default:
+	} else {
 		g = groups[(l.starts.Add(1)-1)/startRun%uint64(len(groups))]
 	}
 	return g[e.intN(len(g))]

@@ -348,15 +348,9 @@ func TestStartBucketShare(t *testing.T) {
 // turn, startRun in a row each, a random bucket of the master each time,
 // and from many goroutines at once every master gets exactly its share.
 func TestStartBucketRuns(t *testing.T) {
-	const masters, buckets = 3, 8
-	owner := func(s uint16) int { return int(s) * masters / hashslot.Count }
-	masterOf := func(l *Layout, b int) int { return owner(hashslot.Of([]byte(l.Tags[b]))) }
-	cfg := config.Default()
-	cfg.Hotkeys.Keys = []config.KeyRule{{Match: "k", Buckets: buckets, Route: config.RouteRandom}}
-	e := New(&fakeUpstream{t: t}, cfg, slog.New(slog.DiscardHandler))
-	h := e.key([]byte("k"))
-	l := Place("k", buckets, masters, owner)
-	l.groupByMaster(owner)
+	e, h, l := startBucketKey(t, config.KeyRule{})
+	masterOf := func(l *Layout, b int) int { return threeMasters(hashslot.Of([]byte(l.Tags[b]))) }
+	const masters = 3
 
 	// Align on a turn's start, then follow the turns.
 	for l.starts.Load()%startRun != 0 {
@@ -413,15 +407,9 @@ func TestStartBucketRuns(t *testing.T) {
 // TestStartBucketWaitingKeyNotGrouped: a key whose changes wait for
 // replicas takes no turns: each deduct draws its master.
 func TestStartBucketWaitingKeyNotGrouped(t *testing.T) {
-	const masters, buckets, draws = 3, 8, 3000
-	owner := func(s uint16) int { return int(s) * masters / hashslot.Count }
-	cfg := config.Default()
-	cfg.Hotkeys.Keys = []config.KeyRule{{Match: "k", Buckets: buckets, Route: config.RouteRandom,
-		WaitReplicas: 1, WaitTimeout: config.Duration(100 * time.Millisecond)}}
-	e := New(&fakeUpstream{t: t}, cfg, slog.New(slog.DiscardHandler))
-	h := e.key([]byte("k"))
-	l := Place("k", buckets, masters, owner)
-	l.groupByMaster(owner)
+	const masters, draws = 3, 3000
+	e, h, l := startBucketKey(t, config.KeyRule{WaitReplicas: 1, WaitTimeout: config.Duration(100 * time.Millisecond)})
+	owner := threeMasters
 	start := l.starts.Load()
 	share := make(map[int]int)
 	runs, last := 0, -1
@@ -444,4 +432,16 @@ func TestStartBucketWaitingKeyNotGrouped(t *testing.T) {
 		t.Errorf("%d runs of one master in %d deducts (want about %d), turns counter %d → %d (want unchanged)",
 			runs, draws, draws*2/3, start, l.starts.Load())
 	}
+}
+
+// startBucketKey is an engine and hot key "k" of 8 buckets on
+// threeMasters, with rule's settings and route: random.
+func startBucketKey(t *testing.T, rule config.KeyRule) (*Engine, *hotKey, *Layout) {
+	rule.Match, rule.Buckets, rule.Route = "k", 8, config.RouteRandom
+	cfg := config.Default()
+	cfg.Hotkeys.Keys = []config.KeyRule{rule}
+	e := New(&fakeUpstream{t: t}, cfg, slog.New(slog.DiscardHandler))
+	l := Place("k", 8, 3, threeMasters)
+	l.groupByMaster(threeMasters)
+	return e, e.key([]byte("k")), l
 }
