@@ -2,8 +2,10 @@
 # Cluster pass-through: redis-benchmark SET/GET against a Redis Cluster of 3
 # masters, once as a cluster client itself (redis-benchmark --cluster) and
 # through hotkeyproxy in cluster mode (upstream.mode: cluster) in front of
-# the same cluster, as configured by default and the same with GOMAXPROCS=1
-# (hotkeyproxy-1p), in one run, at pipeline depths 1 and 16.
+# the same cluster, as configured by default (its scheduler sized to its
+# load), the same with GOMAXPROCS=1 (hotkeyproxy-1p) and with GOMAXPROCS=N,
+# the N CPUs of the machine (hotkeyproxy-Np, Go's own default), in one run,
+# at pipeline depths 1 and 16.
 #
 #   bench/cluster.sh                 full run (3-4 minutes on a quiet machine,
 #                                    longer when disturbed runs are retried)
@@ -43,7 +45,8 @@
 #                and returns the replies in order, so a 16-command pipeline
 #                is split over the masters and merged back. hotkeyproxy-1p
 #                is the same with GOMAXPROCS=1: one scheduler thread, which on
-#                cores shared with the masters and the client costs less.
+#                cores shared with the masters and the client costs less;
+#                hotkeyproxy-Np with GOMAXPROCS=N, the machine's CPUs.
 #
 # Every process it starts listens on 127.0.0.1 on a free port and is
 # stopped when the script exits. The table is printed and written to
@@ -65,7 +68,9 @@ MASTERS=${BENCH_MASTERS:-3}
 RUN_TIMEOUT=${BENCH_TIMEOUT:-300}
 KEYSPACE=100000
 DEPTHS=(1 16)
+NCPU=$(nproc)
 TARGETS=(direct hotkeyproxy hotkeyproxy-1p)
+if ((NCPU > 1)); then TARGETS+=("hotkeyproxy-${NCPU}p"); fi
 
 for tool in go redis-server redis-benchmark redis-cli ss timeout; do
 	command -v "$tool" >/dev/null || bench_die "$tool not found"
@@ -74,20 +79,24 @@ done
 bench_init
 bench_build_proxy
 bench_start_cluster "$MASTERS"
-PROXY_NAME=hotkeyproxy-1p GOMAXPROCS=1 bench_start_proxy "$CLUSTER_SEEDS" 'upstream: {mode: cluster}'
-PROXY1_PORT=$PROXY_PORT PROXY1_PID=$PROXY_PID
-bench_start_proxy "$CLUSTER_SEEDS" 'upstream: {mode: cluster}'
-CLK_TCK=$(getconf CLK_TCK)
-bench_log "cluster $CLUSTER_SEEDS, hotkeyproxy :$PROXY_PORT (GOMAXPROCS=1: :$PROXY1_PORT)"
-
 # How each target is reached, and the proxy whose CPU its runs count (for
 # direct, the default one, idle).
-declare -A ARGS=(
-	[direct]="--cluster -h 127.0.0.1 -p ${CLUSTER_PORTS[0]}"
-	[hotkeyproxy]="-h 127.0.0.1 -p $PROXY_PORT"
-	[hotkeyproxy-1p]="-h 127.0.0.1 -p $PROXY1_PORT"
-)
-declare -A PROXY_OF=([direct]=$PROXY_PID [hotkeyproxy]=$PROXY_PID [hotkeyproxy-1p]=$PROXY1_PID)
+declare -A ARGS=([direct]="--cluster -h 127.0.0.1 -p ${CLUSTER_PORTS[0]}") PROXY_OF=()
+PROXY_PIDS=()
+for t in "${TARGETS[@]:1}"; do
+	procs=${t#hotkeyproxy-}
+	procs=${procs%p}
+	if [[ $t == hotkeyproxy ]]; then
+		bench_start_proxy "$CLUSTER_SEEDS" 'upstream: {mode: cluster}'
+	else
+		PROXY_NAME=$t GOMAXPROCS=$procs bench_start_proxy "$CLUSTER_SEEDS" 'upstream: {mode: cluster}'
+	fi
+	ARGS[$t]="-h 127.0.0.1 -p $PROXY_PORT" PROXY_OF[$t]=$PROXY_PID
+	PROXY_PIDS+=("$PROXY_PID")
+done
+PROXY_OF[direct]=${PROXY_OF[hotkeyproxy]}
+CLK_TCK=$(getconf CLK_TCK)
+bench_log "cluster $CLUSTER_SEEDS, $(for t in "${TARGETS[@]:1}"; do printf '%s %s  ' "$t" "${ARGS[$t]}"; done)"
 
 # Sanity: a value written through the proxy reads back from the cluster
 # (redis-cli -c follows redirections), and the other way round, for 3 keys
@@ -97,7 +106,7 @@ for ((i = 0; i < 3 * MASTERS; i++)); do
 	got=$(redis-cli -c -h 127.0.0.1 -p "${CLUSTER_PORTS[0]}" get "bench:sanity:$i")
 	[[ $got == "via-proxy-$i" ]] || bench_die "hotkeyproxy: wrote via-proxy-$i to bench:sanity:$i, the cluster has '$got'"
 	redis-cli -c -h 127.0.0.1 -p "${CLUSTER_PORTS[0]}" set "bench:sanity:$i" "direct-$i" >/dev/null
-	for name in hotkeyproxy hotkeyproxy-1p; do
+	for name in "${TARGETS[@]:1}"; do
 		got=$(redis-cli ${ARGS[$name]} get "bench:sanity:$i")
 		[[ $got == "direct-$i" ]] || bench_die "$name: bench:sanity:$i is direct-$i in the cluster, the proxy says '$got'"
 	done
@@ -111,7 +120,6 @@ NOISE=$BENCH_TMP/noise.txt # runs that processes outside the benchmark disturbed
 : >"$NOISE"
 RERUNS=$BENCH_TMP/reruns.txt # disturbed runs discarded and run again
 : >"$RERUNS"
-NCPU=$(nproc)
 # A run is reported as disturbed when other processes took more than this
 # share (%) of the machine's CPU time during it.
 OTHER_MAX=5
@@ -137,7 +145,7 @@ bench_run_once() {
 	local proxy=${PROXY_OF[$t]}
 	local tf=$BENCH_TMP/rb-$t-P$depth-r$round.time
 	hits0=$(cluster_stat keyspace_hits) miss0=$(cluster_stat keyspace_misses) errs0=$(cluster_stat total_error_replies)
-	pcpu0=$(bench_cpu_ticks "$proxy") both0=$(bench_cpu_ticks "$PROXY_PID" "$PROXY1_PID")
+	pcpu0=$(bench_cpu_ticks "$proxy") both0=$(bench_cpu_ticks "${PROXY_PIDS[@]}")
 	rcpu0=$(bench_cpu_ticks "${CLUSTER_PIDS[@]}")
 	busy0=$(bench_busy_ticks) ns0=$(date +%s%N)
 	# The time keyword reports redis-benchmark's own CPU time (user, system).
@@ -148,7 +156,7 @@ bench_run_once() {
 	# nor redis-benchmark used, as a share of all CPUs' time: other
 	# processes on the machine, which skew the numbers.
 	other=$(awk -v b0="$busy0" -v b1="$(bench_busy_ticks)" -v ns0="$ns0" -v ns1="$(date +%s%N)" -v hz="$CLK_TCK" \
-		-v p0="$both0" -v p1="$(bench_cpu_ticks "$PROXY_PID" "$PROXY1_PID")" -v r0="$rcpu0" -v r1="$(bench_cpu_ticks "${CLUSTER_PIDS[@]}")" \
+		-v p0="$both0" -v p1="$(bench_cpu_ticks "${PROXY_PIDS[@]}")" -v r0="$rcpu0" -v r1="$(bench_cpu_ticks "${CLUSTER_PIDS[@]}")" \
 		-v cpus="$NCPU" -v tf="$(cat "$tf")" 'BEGIN {
 			split(tf, c, " "); mine = (p1 - p0) + (r1 - r0) + (c[1] + c[2]) * hz
 			o = 100 * ((b1 - b0) - mine) / ((ns1 - ns0) / 1e9 * hz * cpus)
@@ -182,9 +190,10 @@ bench_run_once() {
 			for (i = 1; i <= NF; i++) gsub(/"/, "", $i)
 			print d "\t" $1 "\t" t "\t" r "\t" $2 "\t" $5 "\t" $7 "\t" pc "\t" rc "\t" ($1 == "GET" ? hit : "-") "\t" cc "\t" o
 		}' "$out")
-	bench_alive "$PROXY_PID" || bench_die "hotkeyproxy died during $t P$depth round $round"
-	bench_alive "$PROXY1_PID" || bench_die "hotkeyproxy-1p died during $t P$depth round $round"
 	local j
+	for j in "${TARGETS[@]:1}"; do
+		bench_alive "${PROXY_OF[$j]}" || bench_die "$j died during $t P$depth round $round"
+	done
 	for ((j = 0; j < MASTERS; j++)); do
 		bench_alive "${CLUSTER_PIDS[j]}" || bench_die "redis-cluster-$j died during $t P$depth round $round"
 	done
@@ -231,6 +240,9 @@ for t in "${TARGETS[@]}"; do
 		-r "$KEYSPACE" -t set,get -P 16 -q >/dev/null 2>&1 ||
 		echo "$t warm-up: redis-benchmark failed" >>"$PROBLEMS"
 done
+# The default build sizes its scheduler after 5 s under half a core
+# (internal/gomaxprocs); a proxy in service has long done so.
+sleep 6
 
 bench_rounds
 
@@ -240,10 +252,8 @@ for port in "${CLUSTER_PORTS[@]}"; do
 done
 
 # Stops the proxies now, so that their logs are complete.
-proxy_log=$BENCH_TMP/hotkeyproxy.log
-bench_stop "$PROXY_PID"
-bench_stop "$PROXY1_PID"
-grep -E 'level=(WARN|ERROR)|"level":"(WARN|ERROR)"|panic|fatal' "$proxy_log" "$BENCH_TMP/hotkeyproxy-1p.log" | head -n 10 |
+for pid in "${PROXY_PIDS[@]}"; do bench_stop "$pid"; done
+grep -E 'level=(WARN|ERROR)|"level":"(WARN|ERROR)"|panic|fatal' "$BENCH_TMP"/hotkeyproxy*.log | head -n 10 |
 	sed 's/^/hotkeyproxy log: /' >>"$PROBLEMS" || true
 
 cpu_model=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)
@@ -299,7 +309,8 @@ report=$(
 	echo "- hotkeyproxy: plain redis-benchmark against hotkeyproxy (upstream.mode cluster, seeds: all masters)." \
 		"Keys are key:<random>, spread over the masters by CRC16; the proxy routes each command to its slot's master" \
 		"over shared upstream connections and returns replies in order, so a 16-command pipeline is split over the" \
-		"masters and merged back. hotkeyproxy-1p: the same binary with GOMAXPROCS=1 (one scheduler thread)."
+		"masters and merged back, with its scheduler sized to its load (one thread while it needs less than a core)." \
+		"hotkeyproxy-1p: the same binary with GOMAXPROCS=1 (one scheduler thread); hotkeyproxy-${NCPU}p: with GOMAXPROCS=$NCPU, the machine's CPUs, which Go sets by default."
 	echo "- proxy CPU µs/req: user+system CPU of hotkeyproxy per request (SET and GET runs together; – for direct, where it idles)." \
 		"Redis CPU µs/req: the same for all $MASTERS redis-servers together; client CPU µs/req: the same for redis-benchmark." \
 		"GET hits: share of GETs that found their key (INFO keyspace_hits/misses); both key spaces are filled alike at warm-up." \
@@ -311,7 +322,7 @@ report=$(
 	echo
 	echo "- machine: $(nproc) CPUs, $cpu_model, Linux $(uname -r)"
 	echo "- redis-server $redis_version, cluster-enabled, no persistence; $(go version | sed 's/^go version //')"
-	echo "- hotkeyproxy $commit, default config with upstream.mode cluster (upstream.conns_per_node 2); hotkeyproxy-1p the same with GOMAXPROCS=1"
+	echo "- hotkeyproxy $commit, default config with upstream.mode cluster (upstream.conns_per_node 2); hotkeyproxy-1p the same with GOMAXPROCS=1, hotkeyproxy-${NCPU}p with GOMAXPROCS=$NCPU"
 	echo "- keys per master at the end (DBSIZE): $keys_per_master"
 	echo "- the $MASTERS redis-servers, the proxies and redis-benchmark share the machine's CPUs"
 	if [[ -s $RERUNS ]]; then

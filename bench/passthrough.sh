@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Pass-through overhead: redis-benchmark SET/GET against Redis directly,
-# through hotkeyproxy (as configured by default, and the same with
-# GOMAXPROCS=1: hotkeyproxy-1p) and through twemproxy (nutcracker), and through
+# through hotkeyproxy (as configured by default, which sizes its scheduler
+# to its load; the same with GOMAXPROCS=1: hotkeyproxy-1p; and, when it may
+# use N > 1 CPUs, with GOMAXPROCS=N, Go's own default: hotkeyproxy-Np) and
+# through twemproxy (nutcracker), and through
 # predixy when a build of it is given and the Go floor (floorrelay) when
 # asked, all on one Redis in one run, at pipeline depths 1 and 16.
 #
@@ -48,9 +50,6 @@ CLIENTS=${BENCH_CLIENTS:-50}
 RUN_TIMEOUT=${BENCH_TIMEOUT:-300}
 KEYSPACE=100000
 DEPTHS=(1 16)
-TARGETS=(direct hotkeyproxy hotkeyproxy-1p twemproxy)
-if [[ -n ${PREDIXY:-} ]]; then TARGETS+=(predixy); fi
-if [[ ${BENCH_FLOOR:-0} == 1 ]]; then TARGETS+=(floorrelay); fi
 
 for tool in go redis-server redis-benchmark redis-cli nutcracker ss timeout; do
 	command -v "$tool" >/dev/null || bench_die "$tool not found"
@@ -59,16 +58,27 @@ done
 bench_init
 NCPU=$(nproc) # before any pinning narrows what nproc counts
 if [[ -n ${BENCH_PROXY_CPUS:-} ]]; then bench_pin_init "$BENCH_PROXY_CPUS"; fi
+NPROXY=$NCPU # the CPUs the proxies may use
+if [[ -n $BENCH_PIN ]]; then NPROXY=$(bench_cpus "$BENCH_PIN" | grep -c .); fi
+TARGETS=(direct hotkeyproxy hotkeyproxy-1p)
+if ((NPROXY > 1)); then TARGETS+=("hotkeyproxy-${NPROXY}p"); fi
+TARGETS+=(twemproxy)
+if [[ -n ${PREDIXY:-} ]]; then TARGETS+=(predixy); fi
+if [[ ${BENCH_FLOOR:-0} == 1 ]]; then TARGETS+=(floorrelay); fi
 bench_build_proxy
 # shellcheck disable=SC2119 # no extra redis-server arguments
 bench_start_redis
-PROXY_NAME=hotkeyproxy-1p GOMAXPROCS=1 bench_start_proxy "$REDIS_PORT"
-PROXY1_PORT=$PROXY_PORT PROXY1_PID=$PROXY_PID
+declare -A PORT=([direct]=$REDIS_PORT) PID=([direct]=$REDIS_PID)
+for procs in 1 "$NPROXY"; do
+	if ((procs == 1)) || ((NPROXY > 1)); then
+		PROXY_NAME=hotkeyproxy-${procs}p GOMAXPROCS=$procs bench_start_proxy "$REDIS_PORT"
+		PORT[hotkeyproxy-${procs}p]=$PROXY_PORT PID[hotkeyproxy-${procs}p]=$PROXY_PID
+	fi
+done
 bench_start_proxy "$REDIS_PORT"
 bench_start_twemproxy "$REDIS_PORT"
-if [[ -n $BENCH_PIN ]]; then for pid in "$PROXY1_PID" "$PROXY_PID" "$TWEM_PID"; do bench_pin "$pid"; done; fi
-declare -A PORT=([direct]=$REDIS_PORT [hotkeyproxy]=$PROXY_PORT [hotkeyproxy-1p]=$PROXY1_PORT [twemproxy]=$TWEM_PORT)
-declare -A PID=([direct]=$REDIS_PID [hotkeyproxy]=$PROXY_PID [hotkeyproxy-1p]=$PROXY1_PID [twemproxy]=$TWEM_PID)
+PORT[hotkeyproxy]=$PROXY_PORT PID[hotkeyproxy]=$PROXY_PID PORT[twemproxy]=$TWEM_PORT PID[twemproxy]=$TWEM_PID
+if [[ -n $BENCH_PIN ]]; then for t in "${!PID[@]}"; do [[ $t == direct ]] || bench_pin "${PID[$t]}"; done; fi
 if [[ -n ${PREDIXY:-} ]]; then
 	bench_start_predixy "$REDIS_PORT"
 	if [[ -n $BENCH_PIN ]]; then bench_pin "$PREDIXY_PID"; fi
@@ -82,7 +92,7 @@ if [[ ${BENCH_FLOOR:-0} == 1 ]]; then
 	PORT[floorrelay]=$FLOOR_PORT PID[floorrelay]=$FLOOR_PID
 fi
 CLK_TCK=$(getconf CLK_TCK)
-bench_log "redis-server :$REDIS_PORT, hotkeyproxy :$PROXY_PORT (GOMAXPROCS=1: :$PROXY1_PORT), nutcracker :$TWEM_PORT${PREDIXY:+, predixy :${PORT[predixy]}}${FLOOR_PORT:+, floorrelay :$FLOOR_PORT}"
+bench_log "redis-server :$REDIS_PORT, $(for t in "${TARGETS[@]:1}"; do printf '%s :%s ' "$t" "${PORT[$t]}"; done)"
 
 # Sanity: a value written through each proxy reads back directly.
 for t in "${TARGETS[@]:1}"; do
@@ -143,19 +153,20 @@ for t in "${TARGETS[@]}"; do
 		-r "$KEYSPACE" -t set,get -P 16 -q >/dev/null 2>&1 ||
 		echo "$t warm-up: redis-benchmark failed" >>"$PROBLEMS"
 done
+# The default build sizes its scheduler after 5 s under half a core
+# (internal/gomaxprocs); a proxy in service has long done so.
+sleep 6
 
 bench_rounds
 
 # Stops the proxies now, so their logs are complete.
-proxy_log=$BENCH_TMP/hotkeyproxy.log
 if [[ -n ${PREDIXY:-} ]]; then
 	bench_stop "$PREDIXY_PID"
 	grep -E ' (W|E) ' "$BENCH_TMP/predixy.log" | head -n 5 | sed 's/^/predixy log: /' >>"$PROBLEMS" || true
 fi
 bench_stop "$TWEM_PID"
-bench_stop "$PROXY_PID"
-bench_stop "$PROXY1_PID"
-grep -E 'level=(WARN|ERROR)|"level":"(WARN|ERROR)"|panic|fatal' "$proxy_log" "$BENCH_TMP/hotkeyproxy-1p.log" | head -n 10 |
+for t in "${TARGETS[@]}"; do [[ $t != hotkeyproxy* ]] || bench_stop "${PID[$t]}"; done
+grep -E 'level=(WARN|ERROR)|"level":"(WARN|ERROR)"|panic|fatal' "$BENCH_TMP"/hotkeyproxy*.log | head -n 10 |
 	sed 's/^/hotkeyproxy log: /' >>"$PROBLEMS" || true
 
 cpu_model=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)
@@ -203,7 +214,7 @@ report=$(
 	echo
 	echo "- machine: $NCPU CPUs, $cpu_model, Linux $(uname -r)"
 	echo "- redis-server $redis_version; $(nutcracker -V 2>&1 | head -n 1); $(go version | sed 's/^go version //')"
-	echo "- hotkeyproxy $commit, default config (upstream.conns_per_node 2); hotkeyproxy-1p: the same with GOMAXPROCS=1 (one scheduler thread, as twemproxy and predixy with one worker have)"
+	echo "- hotkeyproxy $commit, default config (upstream.conns_per_node 2; GOMAXPROCS sized to its load: one thread while it needs less than a core); hotkeyproxy-1p: the same with GOMAXPROCS=1 (one scheduler thread, as twemproxy and predixy with one worker have)${PID[hotkeyproxy-${NPROXY}p]:+; hotkeyproxy-${NPROXY}p: with GOMAXPROCS=$NPROXY, the CPUs it may use, which Go sets by default}"
 	echo "- twemproxy: redis: true, one server, server_connections ${BENCH_TWEM_CONNS:-1}, preconnect, auto_eject_hosts false, no timeout"
 	if [[ -n ${PREDIXY:-} ]]; then
 		echo "- predixy ${PREDIXY_VERSION:-?} ($PREDIXY): WorkerThreads 1, a StandaloneServerPool with one server (RefreshMethod fixed), no client or server timeout"

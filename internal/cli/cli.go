@@ -23,6 +23,7 @@ import (
 	"syscall"
 
 	"github.com/hotkeyproxy/hotkeyproxy/config"
+	"github.com/hotkeyproxy/hotkeyproxy/internal/gomaxprocs"
 	"github.com/hotkeyproxy/hotkeyproxy/proxy"
 )
 
@@ -94,13 +95,14 @@ flags:
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go gomaxprocs.Run(ctx, log)
 	if *path != "" {
 		r := &reloader{path: *path, srv: srv, log: log, level: level, load: func() (*config.Config, error) {
 			return loadConfig(*path, *listen, *upstream, *mode, metricsListen)
 		}}
 		srv.SetReloader(func() error { return r.reload("PROXY CONFIG RELOAD") })
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
 		go r.watch(ctx)
 	}
 	if err := serve(srv, cfg, log, nil); err != nil {
