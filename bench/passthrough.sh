@@ -153,7 +153,7 @@ for t in "${TARGETS[@]}"; do
 		-r "$KEYSPACE" -t set,get -P 16 -q >/dev/null 2>&1 ||
 		echo "$t warm-up: redis-benchmark failed" >>"$PROBLEMS"
 done
-# The default build sizes its scheduler after 5 s under half a core
+# The default build narrows its scheduler after 5 s under 0.75 of a core
 # (internal/gomaxprocs); a proxy in service has long done so.
 sleep 6
 

@@ -15,7 +15,7 @@ const (
 	window        = time.Second
 	widenAt       = 0.95
 	widenWindows  = 2
-	narrowAt      = 0.5
+	narrowAt      = 0.75
 	narrowWindows = 5
 )
 

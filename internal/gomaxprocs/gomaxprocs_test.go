@@ -70,7 +70,7 @@ func TestWidensAfterTwoBusyWindowsInARow(t *testing.T) {
 
 func TestNarrowsAfterFiveCalmWindowsInARow(t *testing.T) {
 	f := newFake(2, 2)
-	for i, w := range f.run(slices.Concat(repeat(0.4, 4), repeat(0.6, 1), repeat(0.3, 4))...) {
+	for i, w := range f.run(slices.Concat(repeat(0.6, 4), repeat(0.8, 1), repeat(0.3, 4))...) {
 		if w != 2 {
 			t.Fatalf("window %d: width %d; a busy window must restart the count", i, w)
 		}
