@@ -31,16 +31,11 @@ func Run(ctx context.Context, log *slog.Logger) {
 		log.Info("scheduler threads fixed by the environment", "GOMAXPROCS", v)
 		return
 	}
-	used, ok := cpuTime()
-	if !ok || runtime.GOMAXPROCS(0) <= 1 {
+	if _, ok := cpuTime(); !ok || runtime.GOMAXPROCS(0) <= 1 {
 		log.Debug("scheduler threads not sized", "threads", runtime.GOMAXPROCS(0), "cpu_time_readable", ok)
 		return
 	}
-	s := &sizer{
-		cpu: cpuTime, clock: time.Now,
-		procs: runtime.GOMAXPROCS, widen: runtime.SetDefaultGOMAXPROCS,
-		log: log, used: used, at: time.Now(),
-	}
+	s := newSizer(log, cpuTime, time.Now, runtime.GOMAXPROCS, runtime.SetDefaultGOMAXPROCS)
 	t := time.NewTicker(tickEvery)
 	defer t.Stop()
 	s.run(ctx, t.C)
@@ -82,6 +77,17 @@ type sizer struct {
 	paid bool          // this wide spell has used more than oneCore
 	hold time.Duration // how long an unpaid spell keeps the next from starting
 	from time.Time     // no widening before this
+}
+
+// newSizer starts measuring now, at the width the process has.
+func newSizer(log *slog.Logger, cpu func() (time.Duration, bool), clock func() time.Time,
+	procs func(int) int, widen func()) *sizer {
+	used, _ := cpu()
+	return &sizer{
+		cpu: cpu, clock: clock, procs: procs, widen: widen, log: log,
+		used: used, at: clock(),
+		paid: true, // starting wide was no widening that gained nothing
+	}
 }
 
 // tick measures the CPU used since the last tick and changes the width

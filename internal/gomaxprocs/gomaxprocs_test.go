@@ -15,7 +15,6 @@ import (
 // tick adds its cores to the CPU time and tickEvery to the wall clock.
 type fakeRuntime struct {
 	width, def int
-	widens     int // calls of widen
 	cpu        time.Duration
 	now        time.Time
 	log        bytes.Buffer
@@ -24,20 +23,17 @@ type fakeRuntime struct {
 
 func newFake(width, def int) *fakeRuntime {
 	f := &fakeRuntime{width: width, def: def, now: time.Unix(1e9, 0)}
-	f.s = &sizer{
-		cpu:   func() (time.Duration, bool) { return f.cpu, true },
-		clock: func() time.Time { return f.now },
-		procs: func(n int) int {
+	f.s = newSizer(slog.New(slog.NewTextHandler(&f.log, nil)),
+		func() (time.Duration, bool) { return f.cpu, true },
+		func() time.Time { return f.now },
+		func(n int) int {
 			old := f.width
 			if n >= 1 {
 				f.width = n
 			}
 			return old
 		},
-		widen: func() { f.widens++; f.width = f.def },
-		log:   slog.New(slog.NewTextHandler(&f.log, nil)),
-		used:  f.cpu, at: f.now,
-	}
+		func() { f.width = f.def })
 	return f
 }
 
@@ -83,6 +79,19 @@ func TestNarrowsAfterThirtySecondsWithinOneCore(t *testing.T) {
 	}
 	if !strings.Contains(f.log.String(), "from=2 to=1 cpu_cores=0.3 next_widening_held=0s") {
 		t.Fatalf("log %q: want the narrowing logged, with no hold (the spell used more than a core)", f.log.String())
+	}
+}
+
+// A proxy that starts wide and idle narrows with no hold on its next
+// widening: starting wide gained nothing, but it was no widening either.
+func TestStartedWideAndIdle(t *testing.T) {
+	f := newFake(2, 2)
+	f.run(repeat(0.01, narrowTicks)...)
+	if f.width != 1 {
+		t.Fatalf("width %d after thirty idle seconds, want 1", f.width)
+	}
+	if got := f.run(repeat(1.0, widenTicks)...); got[widenTicks-1] != 2 {
+		t.Fatal("a load that fills the one thread right after the first narrowing was held")
 	}
 }
 
