@@ -83,15 +83,8 @@ bench_start_cluster "$MASTERS"
 # direct, the default one, idle).
 declare -A ARGS=([direct]="--cluster -h 127.0.0.1 -p ${CLUSTER_PORTS[0]}") PROXY_OF=()
 PROXY_PIDS=()
-PROXY_STARTED=$SECONDS
 for t in "${TARGETS[@]:1}"; do
-	procs=${t#hotkeyproxy-}
-	procs=${procs%p}
-	if [[ $t == hotkeyproxy ]]; then
-		bench_start_proxy "$CLUSTER_SEEDS" 'upstream: {mode: cluster}'
-	else
-		PROXY_NAME=$t GOMAXPROCS=$procs bench_start_proxy "$CLUSTER_SEEDS" 'upstream: {mode: cluster}'
-	fi
+	bench_start_target "$t" "$CLUSTER_SEEDS" 'upstream: {mode: cluster}'
 	ARGS[$t]="-h 127.0.0.1 -p $PROXY_PORT" PROXY_OF[$t]=$PROXY_PID
 	PROXY_PIDS+=("$PROXY_PID")
 done
@@ -241,9 +234,7 @@ for t in "${TARGETS[@]}"; do
 		-r "$KEYSPACE" -t set,get -P 16 -q >/dev/null 2>&1 ||
 		echo "$t warm-up: redis-benchmark failed" >>"$PROBLEMS"
 done
-# The shipped build narrows its scheduler after 30 s without needing more
-# than a core (internal/gomaxprocs); a proxy in service has long done so.
-if ((SECONDS < PROXY_STARTED + 31)); then sleep $((PROXY_STARTED + 31 - SECONDS)); fi
+bench_wait_sized
 
 bench_rounds
 

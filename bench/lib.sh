@@ -493,6 +493,29 @@ bench_start_proxy() {
 	bench_wait_ping "$PROXY_PORT" "$PROXY_PID" "$name"
 }
 
+# bench_start_target NAME UPSTREAM [YAML LINES...]: bench_start_proxy as the
+# target NAME: hotkeyproxy as shipped, which sizes its scheduler to its load
+# (internal/gomaxprocs), or hotkeyproxy-Np, the same with GOMAXPROCS=N.
+bench_start_target() {
+	local name=$1 procs
+	shift
+	if [[ $name == hotkeyproxy ]]; then
+		BENCH_SIZED_AT=$((SECONDS + 31))
+		bench_start_proxy "$@"
+		return
+	fi
+	procs=${name#hotkeyproxy-}
+	PROXY_NAME=$name GOMAXPROCS=${procs%p} bench_start_proxy "$@"
+}
+
+# bench_wait_sized: waits until the shipped build, started by
+# bench_start_target, has narrowed its scheduler if it is to: after 30 s
+# without needing more than a core, as a proxy in service long has.
+BENCH_SIZED_AT=0
+bench_wait_sized() {
+	if ((SECONDS < BENCH_SIZED_AT)); then sleep $((BENCH_SIZED_AT - SECONDS)); fi
+}
+
 # bench_start_twemproxy UPSTREAM_PORT: starts nutcracker with one Redis
 # server; sets TWEM_PORT, TWEM_PID and TWEM_CONF.
 bench_start_twemproxy() {

@@ -69,16 +69,14 @@ bench_build_proxy
 # shellcheck disable=SC2119 # no extra redis-server arguments
 bench_start_redis
 declare -A PORT=([direct]=$REDIS_PORT) PID=([direct]=$REDIS_PID)
-for procs in 1 "$NPROXY"; do
-	if ((procs == 1)) || ((NPROXY > 1)); then
-		PROXY_NAME=hotkeyproxy-${procs}p GOMAXPROCS=$procs bench_start_proxy "$REDIS_PORT"
-		PORT[hotkeyproxy-${procs}p]=$PROXY_PORT PID[hotkeyproxy-${procs}p]=$PROXY_PID
+for t in "${TARGETS[@]}"; do
+	if [[ $t == hotkeyproxy* ]]; then
+		bench_start_target "$t" "$REDIS_PORT"
+		PORT[$t]=$PROXY_PORT PID[$t]=$PROXY_PID
 	fi
 done
-PROXY_STARTED=$SECONDS
-bench_start_proxy "$REDIS_PORT"
 bench_start_twemproxy "$REDIS_PORT"
-PORT[hotkeyproxy]=$PROXY_PORT PID[hotkeyproxy]=$PROXY_PID PORT[twemproxy]=$TWEM_PORT PID[twemproxy]=$TWEM_PID
+PORT[twemproxy]=$TWEM_PORT PID[twemproxy]=$TWEM_PID
 if [[ -n $BENCH_PIN ]]; then for t in "${!PID[@]}"; do [[ $t == direct ]] || bench_pin "${PID[$t]}"; done; fi
 if [[ -n ${PREDIXY:-} ]]; then
 	bench_start_predixy "$REDIS_PORT"
@@ -154,9 +152,7 @@ for t in "${TARGETS[@]}"; do
 		-r "$KEYSPACE" -t set,get -P 16 -q >/dev/null 2>&1 ||
 		echo "$t warm-up: redis-benchmark failed" >>"$PROBLEMS"
 done
-# The shipped build narrows its scheduler after 30 s without needing more
-# than a core (internal/gomaxprocs); a proxy in service has long done so.
-if ((SECONDS < PROXY_STARTED + 31)); then sleep $((PROXY_STARTED + 31 - SECONDS)); fi
+bench_wait_sized
 
 bench_rounds
 
@@ -215,7 +211,7 @@ report=$(
 	echo
 	echo "- machine: $NCPU CPUs, $cpu_model, Linux $(uname -r)"
 	echo "- redis-server $redis_version; $(nutcracker -V 2>&1 | head -n 1); $(go version | sed 's/^go version //')"
-	echo "- hotkeyproxy $commit, default config (upstream.conns_per_node 2; GOMAXPROCS sized to its load: one thread while it needs less than a core); hotkeyproxy-1p: the same with GOMAXPROCS=1 (one scheduler thread, as twemproxy and predixy with one worker have)${PID[hotkeyproxy-${NPROXY}p]:+; hotkeyproxy-${NPROXY}p: with GOMAXPROCS=$NPROXY, the CPUs it may use, which Go sets by default}"
+	echo "- hotkeyproxy $commit, default config (upstream.conns_per_node 2; GOMAXPROCS sized to its load: one thread while it needs less than a core); hotkeyproxy-1p: the same with GOMAXPROCS=1 (one scheduler thread, as twemproxy and predixy with one worker have)$(if ((NPROXY > 1)); then echo "; hotkeyproxy-${NPROXY}p: with GOMAXPROCS=$NPROXY, the CPUs it may use, which Go sets by default"; fi)"
 	echo "- twemproxy: redis: true, one server, server_connections ${BENCH_TWEM_CONNS:-1}, preconnect, auto_eject_hosts false, no timeout"
 	if [[ -n ${PREDIXY:-} ]]; then
 		echo "- predixy ${PREDIXY_VERSION:-?} ($PREDIXY): WorkerThreads 1, a StandaloneServerPool with one server (RefreshMethod fixed), no client or server timeout"
